@@ -1,0 +1,59 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RAGC := $(VENV)/bin/ragc
+PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -p no:cacheprovider
+# pytest exits 5 when a tier selects no tests; that is not a failure.
+OK5 := || [ $$? -eq 5 ]
+
+.PHONY: setup system-deps demo up down status test test-unit test-integration lint bench-ingest clean
+
+setup: $(VENV)/.installed
+
+# torch 2.13.0 (CPU) first: anything that pulls torch before it would fetch a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+# redis-server backs the shared cache layer; the local cluster runs without it, the tests need it.
+system-deps:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "redis-server missing: install it (apt-get install redis-server)"; exit 1; fi; }
+
+demo: setup system-deps
+	HF_HUB_OFFLINE=1 $(RAGC) up --demo
+	HF_HUB_OFFLINE=1 $(RAGC) query "How are tenants kept apart?"
+	HF_HUB_OFFLINE=1 $(RAGC) query "What happens when a document is edited?"
+
+up: setup
+	HF_HUB_OFFLINE=1 $(RAGC) up
+down:
+	$(RAGC) down
+status:
+	$(RAGC) status
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy cluster serve ingest_jobs bench
+
+test-unit: setup
+	$(PYTEST) tests/unit -q $(OK5)
+
+test-integration: setup system-deps
+	$(PYTEST) tests/integration -q -p no:logging $(OK5)
+
+test: lint test-unit test-integration
+
+bench-ingest: setup
+	HF_HUB_OFFLINE=1 $(RAGC) up --no-app
+	HF_HUB_OFFLINE=1 $(RAGC) bench ingest --dataset ../shared/data/scifact --limit $${LIMIT:-0}
+
+clean:
+	-$(RAGC) down
+	rm -rf .ragc

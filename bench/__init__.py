@@ -1,0 +1,15 @@
+"""`ragc bench`: performance harnesses that print ratios against baselines measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+
+from cluster.config import RagcConfig
+
+
+def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    if args.target == "ingest":
+        from bench.ingest import bench_ingest
+
+        return bench_ingest(cfg, args.dataset, args.limit)
+    raise ValueError(f"unknown bench target {args.target!r}")

@@ -1,0 +1,220 @@
+"""`ragc`: the command-line surface. Every command takes `--config FILE`; `RAGC_*` variables override it.
+
+Commands that support `--json` end stdout with exactly one JSON object on the last line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from cluster.config import RagcConfig, load_config
+
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
+DEMO_TENANT = "demo"
+DEMO_CORPUS = Path(__file__).parent / "demo_corpus"
+
+
+def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], str]) -> None:
+    if as_json:
+        print(json.dumps(payload, default=str))
+    else:
+        print(human(payload))
+
+
+def cmd_up(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from cluster import local
+
+    state = local.up_sidecars(cfg)
+    if args.demo:
+        from ingest_jobs.sync import run_sync
+
+        report = run_sync(cfg, DEMO_CORPUS, DEMO_TENANT, prune=True)
+        print(
+            f"demo corpus: {report.added} added, {report.changed} changed, {report.unchanged} unchanged, "
+            f"{report.chunks_embedded} chunks embedded",
+            file=sys.stderr,
+        )
+    if not args.no_app:
+        state = local.up_app(cfg, args.config, args.demo)
+    info = local.status(cfg)
+    emit(
+        info, args.json, lambda s: f"up: http {s['http']}  milvus {s['milvus']}  redis {s['redis'] or s['redis_note']}"
+    )
+    return EXIT_OK if state else EXIT_PARTIAL
+
+
+def cmd_down(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from cluster import local
+
+    stopped = local.down(cfg)
+    emit({"stopped": stopped}, args.json, lambda p: "stopped: " + (", ".join(p["stopped"]) or "nothing was running"))
+    return EXIT_OK
+
+
+def cmd_status(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from cluster import local
+
+    info = local.status(cfg)
+
+    def human(s: dict[str, Any]) -> str:
+        procs = "  ".join(f"{n}={'up' if p['running'] else 'down'}" for n, p in s["processes"].items())
+        return f"{procs}\nhttp {s['http']}\nmilvus {s['milvus']}\nredis {s['redis'] or s['redis_note'] or 'off'}"
+
+    emit(info, args.json, human)
+    return EXIT_OK if info["running"] else EXIT_PARTIAL
+
+
+def _sync_human(s: dict[str, Any]) -> str:
+    lines = [
+        f"tenant {s['tenant']}: added {s['added']}, changed {s['changed']}, unchanged {s['unchanged']}, "
+        f"deleted {s['deleted']}, failed {s['failed']}",
+        f"chunks embedded {s['chunks_embedded']}, upserted {s['chunks_upserted']}, total {s['chunks_total']} "
+        f"({s['chunks_per_s']} chunks/s, {s['seconds']}s); index version {s['index_version']}",
+    ]
+    lines += [f"  failed: {f['doc_id']}: {f['reason']}" for f in s["failures"]]
+    if s.get("missing"):
+        lines.append(f"  {s['missing']} documents are gone from the source (run with --prune to delete them)")
+    return "\n".join(lines)
+
+
+def cmd_ingest(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from ingest_jobs.sync import run_sync
+
+    report = run_sync(cfg, Path(args.path), args.tenant, prune=args.prune)
+    summary = report.summary()
+    emit(summary, args.json, _sync_human)
+    return EXIT_PARTIAL if report.failed else EXIT_OK
+
+
+def cmd_reindex(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from ingest_jobs.reindex import TenantSource, run_reindex
+
+    sources = [TenantSource(t, Path(p)) for t, p in args.tenant] if args.tenant else None
+    report = run_reindex(cfg, sources)
+    summary = report.summary()
+    emit(
+        summary,
+        args.json,
+        lambda s: (
+            f"reindexed into {s['collection']} (was {s['previous']}), "
+            f"{s['chunks_total']} chunks, dropped {s['dropped']}, index version {s['index_version']}"
+        ),
+    )
+    return EXIT_PARTIAL if summary["failed"] else EXIT_OK
+
+
+def cmd_serve_config(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    import yaml
+
+    from serve.serve_config import serve_deploy_config
+
+    text = yaml.safe_dump(serve_deploy_config(cfg, args.http_host, args.port), sort_keys=False)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def cmd_query(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from cluster.query_client import run_query
+
+    return run_query(cfg, args)
+
+
+def cmd_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from bench import run_bench
+
+    return run_bench(cfg, args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=None, help="YAML config file (RAGC_* env vars override it)")
+    common.add_argument("--json", action="store_true", help="end stdout with one JSON object")
+    common.add_argument("-v", "--verbose", action="store_true")
+
+    parser = argparse.ArgumentParser(prog="ragc", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", parents=[common], help="start the local embedded cluster")
+    up.add_argument("--demo", action="store_true", help="ingest the bundled demo corpus; single tenant, auth off")
+    up.add_argument("--no-app", action="store_true", help="start only the sidecars (Milvus, Redis)")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", parents=[common], help="stop what `up` started").set_defaults(func=cmd_down)
+    sub.add_parser("status", parents=[common], help="describe the local cluster").set_defaults(func=cmd_status)
+
+    ingest = sub.add_parser("ingest", parents=[common], help="incremental sync of a folder for one tenant")
+    ingest.add_argument("path")
+    ingest.add_argument("--tenant", required=True)
+    ingest.add_argument("--prune", action="store_true", help="delete documents that are gone from the source")
+    ingest.set_defaults(func=cmd_ingest)
+
+    reindex = sub.add_parser("reindex", parents=[common], help="rebuild into a new collection, then swap the alias")
+    reindex.add_argument(
+        "--tenant",
+        nargs=2,
+        action="append",
+        metavar=("TENANT", "PATH"),
+        help="sources to rebuild (default: every tenant's recorded source)",
+    )
+    reindex.set_defaults(func=cmd_reindex)
+
+    query = sub.add_parser("query", parents=[common], help="ask the running service")
+    query.add_argument("question")
+    query.add_argument("--tenant", help="only with auth off: informational (the key decides the tenant)")
+    query.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="repeatable; FIELD=VALUE, FIELD>=N, FIELD<=N",
+    )
+    query.add_argument("--top-k", type=int)
+    query.add_argument("--stream", action="store_true")
+    query.add_argument("--no-rerank", action="store_true")
+    query.add_argument("--url", help="service base URL (default: the local cluster's)")
+    query.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="default: $RAGC_API_KEY")
+    query.set_defaults(func=cmd_query)
+
+    serve_config = sub.add_parser("serve-config", parents=[common], help="write the Serve YAML for this config")
+    serve_config.add_argument("--output", "-o")
+    serve_config.add_argument("--http-host")
+    serve_config.add_argument("--port", type=int)
+    serve_config.set_defaults(func=cmd_serve_config)
+
+    bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
+    bench.add_argument("target", choices=["ingest"])
+    bench.add_argument("--dataset", type=Path, required=True, help="BEIR folder (corpus*.jsonl)")
+    bench.add_argument("--limit", type=int, default=0, help="use only the first N documents (0 = all)")
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        cfg = load_config(args.config)
+    except (ValidationError, ValueError, OSError) as exc:
+        print(f"ragc: bad configuration: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(cfg, args))
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        print(f"ragc {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Shared embedding cache: (model id, text hash) -> vector in Redis. An outage is a bypass, never an error."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import numpy as np
+
+from cluster.config import RagcConfig
+from cluster.hashing import sha
+from cluster.redis_conn import redis_url
+
+logger = logging.getLogger(__name__)
+KEY_PREFIX = "ragc:emb:"
+
+
+class EmbeddingCache(Protocol):
+    def get_many(self, model_id: str, texts: list[str]) -> list[list[float] | None]: ...
+
+    def put_many(self, model_id: str, texts: list[str], vectors: list[list[float]]) -> None: ...
+
+
+class NoEmbeddingCache:
+    def get_many(self, model_id: str, texts: list[str]) -> list[list[float] | None]:
+        return [None] * len(texts)
+
+    def put_many(self, model_id: str, texts: list[str], vectors: list[list[float]]) -> None:
+        return None
+
+
+class RedisEmbeddingCache:
+    def __init__(self, url: str, ttl_s: int, timeout_s: float, password: str | None = None) -> None:
+        import redis
+
+        self._redis = redis.Redis.from_url(
+            url, password=password, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        self._ttl_s = ttl_s
+
+    @staticmethod
+    def key(model_id: str, text: str) -> str:
+        return f"{KEY_PREFIX}{model_id}:{sha(text)}"
+
+    def get_many(self, model_id: str, texts: list[str]) -> list[list[float] | None]:
+        import redis
+
+        if not texts:
+            return []
+        try:
+            raw = self._redis.mget([self.key(model_id, t) for t in texts])
+        except redis.RedisError as exc:
+            logger.warning("embedding cache bypassed", extra={"error": str(exc)})
+            return [None] * len(texts)
+        return [np.frombuffer(v, dtype=np.float32).tolist() if isinstance(v, bytes) else None for v in raw]  # type: ignore[union-attr]
+
+    def put_many(self, model_id: str, texts: list[str], vectors: list[list[float]]) -> None:
+        import redis
+
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for text, vector in zip(texts, vectors, strict=True):
+                value = np.asarray(vector, dtype=np.float32).tobytes()
+                pipe.set(self.key(model_id, text), value, ex=self._ttl_s or None)
+            pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("embedding cache write skipped", extra={"error": str(exc)})
+
+
+def open_embedding_cache(cfg: RagcConfig) -> EmbeddingCache:
+    url = redis_url(cfg)
+    if url is None:
+        return NoEmbeddingCache()
+    return RedisEmbeddingCache(
+        url, cfg.redis.embedding_cache_ttl_s, cfg.redis.socket_timeout_s, cfg.redis.password.resolve()
+    )

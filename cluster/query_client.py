@@ -1,0 +1,84 @@
+"""`ragc query`: call the running service over HTTP (JSON or SSE) and print the answer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any
+
+import httpx
+
+from cluster.config import RagcConfig
+from cluster.local import http_url
+
+FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(>=|<=|!=|=)(.*)$")
+OPS = {"=": "eq", "!=": "ne", ">=": "gte", "<=": "lte"}
+CLIENT_TIMEOUT_S = 120.0
+INT_FIELDS = {"year", "updated_at"}  # the default config's integer filter fields
+
+
+def parse_filters(items: list[str]) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    for item in items:
+        match = FILTER.match(item)
+        if not match:
+            raise ValueError(f"bad filter {item!r}: use FIELD=VALUE, FIELD>=N or FIELD<=N")
+        field, op, raw = match.groups()
+        value: Any = int(raw) if field in INT_FIELDS else raw
+        filters.setdefault(field, {})[OPS[op]] = value
+    return filters
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [result["answer"], ""]
+    for c in result.get("citations", []):
+        lines.append(f"[{c['n']}] {c['title'] or c['doc_id']} ({c['source']})")
+    stages = "  ".join(f"{k}={v['status']}:{v['ms']:.0f}ms" for k, v in result.get("stages", {}).items())
+    lines.append(f"stages: {stages}  index_version={result.get('index_version')}")
+    return "\n".join(lines)
+
+
+def run_query(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"query": args.question, "filters": parse_filters(args.filter), "stream": args.stream}
+    if args.top_k:
+        body["top_k"] = args.top_k
+    if args.no_rerank:
+        body["rerank"] = False
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    url = (args.url or http_url(cfg)).rstrip("/") + "/v1/query"
+    if args.stream:
+        return _stream(url, body, headers, args.json)
+    response = httpx.post(url, json=body, headers=headers, timeout=CLIENT_TIMEOUT_S)
+    if response.status_code != 200:
+        print(f"ragc query: HTTP {response.status_code}: {response.text}", file=sys.stderr)
+        return 1
+    result = response.json()
+    print(json.dumps(result) if args.json else render(result))
+    return 0
+
+
+def _stream(url: str, body: dict[str, Any], headers: dict[str, str], as_json: bool) -> int:
+    final: dict[str, Any] | None = None
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=CLIENT_TIMEOUT_S) as response:
+        if response.status_code != 200:
+            print(f"ragc query: HTTP {response.status_code}: {response.read().decode()}", file=sys.stderr)
+            return 1
+        event = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                if event == "token" and not as_json:
+                    print(data["text"], end="", flush=True)
+                elif event == "final":
+                    final = data
+                elif event == "error":
+                    print(f"\nragc query: {data}", file=sys.stderr)
+                    return 1
+    if final is None:
+        return 1
+    print(json.dumps(final) if as_json else "\n\n" + render(final).split("\n\n", 1)[-1])
+    return 0

@@ -1,0 +1,131 @@
+"""Local sidecar processes: the milvus-lite server and redis-server, on loopback, PIDs recorded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+STOP_TIMEOUT_S = 15.0
+POLL_S = 0.2
+
+
+class SidecarError(RuntimeError):
+    pass
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def process_alive(record: dict[str, Any] | None) -> bool:
+    """The recorded process still runs and is the one we started (PIDs get reused)."""
+    if not record:
+        return False
+    try:
+        proc = psutil.Process(int(record["pid"]))
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() == record["started"]
+    except (psutil.Error, KeyError, ValueError):
+        return False
+
+
+def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    return {"pid": proc.pid, "started": psutil.Process(proc.pid).create_time(), "log": str(log_path), "argv": argv}
+
+
+def wait_until(check: Any, record: dict[str, Any], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not process_alive(record):
+            raise SidecarError(f"{what} exited during start-up; see {record['log']}")
+        time.sleep(POLL_S)
+    raise SidecarError(f"{what} not ready after {timeout_s:.0f}s; see {record['log']}")
+
+
+def stop(record: dict[str, Any] | None, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """SIGTERM, then SIGKILL; only a process this module started (checked by create time)."""
+    if not process_alive(record):
+        return False
+    assert record is not None
+    proc = psutil.Process(int(record["pid"]))
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    try:
+        proc.wait(timeout=timeout_s)
+    except psutil.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout_s)
+    return True
+
+
+def milvus_lite_binary() -> str:
+    candidate = Path(sys.executable).parent / "milvus-lite"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("milvus-lite")
+    if not found:
+        raise SidecarError("milvus-lite is not installed (pip install milvus-lite)")
+    return found
+
+
+def start_milvus(data_dir: Path, host: str, port: int, log_dir: Path, timeout_s: float) -> dict[str, Any]:
+    if port_open(host, port):
+        raise SidecarError(f"port {host}:{port} is taken; set local.milvus_port (RAGC_LOCAL__MILVUS_PORT)")
+    argv = [milvus_lite_binary(), "server", "--data-dir", str(data_dir), "--host", host, "--port", str(port)]
+    record = spawn("milvus", argv, log_dir)
+    wait_until(lambda: port_open(host, port), record, timeout_s, "milvus-lite server")
+    return record | {"port": port, "uri": f"http://{host}:{port}"}
+
+
+def start_redis(host: str, port: int, log_dir: Path, timeout_s: float) -> dict[str, Any] | None:
+    """None when redis-server is not installed: the shared cache layer is then off."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return None
+    if port_open(host, port):
+        raise SidecarError(f"port {host}:{port} is taken; set local.redis_port (RAGC_LOCAL__REDIS_PORT)")
+    argv = [
+        binary,
+        "--bind",
+        host,
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "yes",
+        "--maxmemory",
+        "512mb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]
+    record = spawn("redis", argv, log_dir)
+    wait_until(lambda: port_open(host, port), record, timeout_s, "redis-server")
+    return record | {"port": port, "url": f"redis://{host}:{port}/0"}

@@ -1,0 +1,60 @@
+"""Connections to Milvus and the small key-value catalog (index versions, recorded sources)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pymilvus import MilvusClient
+
+from cluster.config import RagcConfig
+from cluster.store.expr import eq, is_in
+from cluster.store.schema import PLACEHOLDER_VECTOR, create_key_value_collection
+
+VALUE_MAX = 65535
+
+
+def milvus_uri(cfg: RagcConfig) -> str:
+    """The configured Milvus, else the local milvus-lite sidecar (always by URI, never the .db file)."""
+    return cfg.milvus.uri or f"http://{cfg.local.host}:{cfg.local.milvus_port}"
+
+
+def connect(cfg: RagcConfig) -> MilvusClient:
+    token = cfg.milvus.token.resolve() or ""
+    return MilvusClient(
+        uri=milvus_uri(cfg), token=token, db_name=cfg.milvus.db_name, timeout=cfg.milvus.connect_timeout_s
+    )
+
+
+class Catalog:
+    """JSON values by string key in a small Milvus collection, shared by every process."""
+
+    def __init__(self, client: MilvusClient, name: str) -> None:
+        self._client = client
+        self._name = name
+        if not client.has_collection(name):
+            create_key_value_collection(client, name, {"value": VALUE_MAX})
+        client.load_collection(name)
+
+    def get(self, key: str) -> Any:
+        rows = self._client.query(self._name, filter=eq("key", key), output_fields=["value"])
+        return json.loads(rows[0]["value"]) if rows else None
+
+    def get_many(self, prefix: str) -> dict[str, Any]:
+        rows = self._client.query(
+            self._name, filter=f'key like "{prefix}%"', output_fields=["key", "value"], limit=16384
+        )
+        return {r["key"]: json.loads(r["value"]) for r in rows}
+
+    def put(self, key: str, value: Any) -> None:
+        self._client.upsert(self._name, [{"key": key, "value": json.dumps(value), "_v": PLACEHOLDER_VECTOR}])
+
+    def delete(self, keys: list[str]) -> None:
+        if keys:
+            self._client.delete(self._name, filter=is_in("key", keys))
+
+    def bump(self, key: str) -> int:
+        """Increment an integer. Ingest jobs of one collection are serialised by the caller."""
+        value = int(self.get(key) or 0) + 1
+        self.put(key, value)
+        return value

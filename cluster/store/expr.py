@@ -1,0 +1,35 @@
+"""Build Milvus boolean expressions from values, never by pasting user text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def quote(value: str) -> str:
+    """A Milvus string literal for `value` (escaped, double-quoted)."""
+    return '"' + value.translate(_ESCAPES) + '"'
+
+
+def literal(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return quote(value)
+
+
+def eq(field: str, value: str | int | float | bool) -> str:
+    return f"{field} == {literal(value)}"
+
+
+def is_in(field: str, values: Iterable[str | int | float]) -> str:
+    return f"{field} in [{', '.join(literal(v) for v in values)}]"
+
+
+def all_of(*clauses: str) -> str:
+    parts = [c for c in clauses if c]
+    if len(parts) == 1:
+        return parts[0]
+    return " and ".join(f"({c})" for c in parts)

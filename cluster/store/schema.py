@@ -1,0 +1,134 @@
+"""Milvus schemas shared by ingestion and serving.
+
+Field names follow llama-index's `MilvusVectorStore` defaults (`id`, `doc_id`, `text`, `embedding`,
+`sparse_embedding`) so its retrievers can attach to the same collection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+from cluster.config import ChunkingConfig, EmbeddingConfig, MilvusConfig
+
+ID_MAX = 64
+DOC_ID_MAX = 1024
+TENANT_MAX = 128
+SHORT_TEXT_MAX = 2048
+PLACEHOLDER_DIM = 2  # Milvus wants a vector field in every collection; key-value collections carry a dummy one
+
+# Collection properties that pin what the vectors mean.
+PROP_MODEL_ID = "ragc.embedding_model_id"
+PROP_DIM = "ragc.embedding_dim"
+PROP_CHUNKER = "ragc.chunker"
+
+
+class ChunkFields:
+    ID = "id"
+    DOC_ID = "doc_id"
+    TENANT = "tenant_id"
+    TEXT = "text"
+    SPARSE = "sparse_embedding"
+    DENSE = "embedding"
+    SOURCE = "source"
+    TITLE = "title"
+    DOC_TYPE = "doc_type"
+    SECTION = "section"
+    YEAR = "year"
+    UPDATED_AT = "updated_at"
+    CHUNK_INDEX = "chunk_index"
+    CONTENT_HASH = "content_hash"
+
+    METADATA = (SOURCE, TITLE, DOC_TYPE, SECTION, YEAR, UPDATED_AT, CHUNK_INDEX, CONTENT_HASH)
+    OUTPUT = (ID, DOC_ID, TENANT, TEXT, *METADATA)
+
+
+@dataclass(frozen=True)
+class CollectionIdentity:
+    """What a collection's vectors and chunks were made with."""
+
+    model_id: str
+    dim: int
+    chunker: str
+
+    @classmethod
+    def from_config(cls, embedding: EmbeddingConfig, chunking: ChunkingConfig) -> CollectionIdentity:
+        return cls(model_id=embedding.model_id, dim=embedding.dim, chunker=chunking.fingerprint())
+
+    @classmethod
+    def from_properties(cls, props: dict[str, Any]) -> CollectionIdentity | None:
+        if PROP_MODEL_ID not in props:
+            return None
+        return cls(model_id=str(props[PROP_MODEL_ID]), dim=int(props[PROP_DIM]), chunker=str(props[PROP_CHUNKER]))
+
+    def properties(self) -> dict[str, str]:
+        return {PROP_MODEL_ID: self.model_id, PROP_DIM: str(self.dim), PROP_CHUNKER: self.chunker}
+
+
+def create_chunk_collection(client: MilvusClient, name: str, identity: CollectionIdentity, cfg: MilvusConfig) -> None:
+    f = ChunkFields
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description="ragc chunks")
+    schema.add_field(f.ID, DataType.VARCHAR, is_primary=True, max_length=ID_MAX)
+    schema.add_field(f.DOC_ID, DataType.VARCHAR, max_length=DOC_ID_MAX)
+    schema.add_field(f.TENANT, DataType.VARCHAR, max_length=TENANT_MAX, is_partition_key=True)
+    schema.add_field(
+        f.TEXT,
+        DataType.VARCHAR,
+        max_length=cfg.text_max_chars,
+        enable_analyzer=True,
+        analyzer_params=cfg.bm25_analyzer,
+    )
+    schema.add_field(f.SPARSE, DataType.SPARSE_FLOAT_VECTOR)
+    schema.add_field(f.DENSE, DataType.FLOAT_VECTOR, dim=identity.dim)
+    schema.add_field(f.SOURCE, DataType.VARCHAR, max_length=SHORT_TEXT_MAX)
+    schema.add_field(f.TITLE, DataType.VARCHAR, max_length=SHORT_TEXT_MAX)
+    schema.add_field(f.DOC_TYPE, DataType.VARCHAR, max_length=16)
+    schema.add_field(f.SECTION, DataType.VARCHAR, max_length=SHORT_TEXT_MAX)
+    schema.add_field(f.YEAR, DataType.INT64)
+    schema.add_field(f.UPDATED_AT, DataType.INT64)
+    schema.add_field(f.CHUNK_INDEX, DataType.INT64)
+    schema.add_field(f.CONTENT_HASH, DataType.VARCHAR, max_length=ID_MAX)
+    schema.add_function(
+        Function(
+            name="text_bm25",
+            function_type=FunctionType.BM25,
+            input_field_names=[f.TEXT],
+            output_field_names=[f.SPARSE],
+        )
+    )
+    index = client.prepare_index_params()
+    index.add_index(
+        f.DENSE,
+        index_type="HNSW",
+        metric_type="COSINE",
+        params={"M": cfg.hnsw_m, "efConstruction": cfg.hnsw_ef_construction},
+    )
+    index.add_index(f.SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    client.create_collection(name, schema=schema, index_params=index, properties=identity.properties())
+
+
+def create_key_value_collection(client: MilvusClient, name: str, fields: dict[str, int]) -> None:
+    """A collection used as a table: VARCHAR primary `key`, the given VARCHAR fields, a dummy vector."""
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=ID_MAX * 4)
+    for field, max_length in fields.items():
+        schema.add_field(field, DataType.VARCHAR, max_length=max_length)
+    schema.add_field("_v", DataType.FLOAT_VECTOR, dim=PLACEHOLDER_DIM)
+    index = client.prepare_index_params()
+    index.add_index("_v", index_type="FLAT", metric_type="L2")
+    client.create_collection(name, schema=schema, index_params=index)
+
+
+PLACEHOLDER_VECTOR = [0.0] * PLACEHOLDER_DIM
+LEDGER_CHUNK_IDS_MAX = 65535
+
+
+def create_ledger_collection(client: MilvusClient, name: str) -> None:
+    """(tenant, doc_id) -> content hash and chunk ids; see ingest_jobs/ledger.py."""
+    create_key_value_collection(
+        client,
+        name,
+        {"tenant_id": TENANT_MAX, "doc_id": DOC_ID_MAX, "content_hash": ID_MAX, "chunk_ids": LEDGER_CHUNK_IDS_MAX},
+    )

@@ -1,0 +1,104 @@
+"""Split parsed documents into chunks with llama-index node parsers; token counts use the embedding
+model's own tokenizer, so `chunk_size` means what the embedder will see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from llama_index.core import Document
+from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
+
+from cluster.config import ChunkingConfig
+from cluster.models import resolve_model_path
+from ingest_jobs.documents import SourceDocument, chunk_id
+
+Tokenizer = Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: str
+    doc_id: str
+    tenant_id: str
+    text: str
+    source: str
+    title: str
+    doc_type: str
+    section: str
+    year: int
+    updated_at: int
+    chunk_index: int
+    content_hash: str
+
+
+@lru_cache(maxsize=4)
+def model_tokenizer(model_reference: str) -> Tokenizer:
+    """The embedding model's fast tokenizer (tokenizer.json), or a whitespace splitter when the model
+    directory has none (e.g. a bare model id with no local weights)."""
+    path = Path(resolve_model_path(model_reference)) / "tokenizer.json"
+    if not path.exists():
+        return lambda text: list(range(len(text.split())))
+    from tokenizers import Tokenizer as HFTokenizer
+
+    tokenizer = HFTokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def section_path(parents: object, body: str) -> str:
+    """`Guide / Tenants` for a section headed `## Tenants` under `# Guide`."""
+    parts = [p for p in str(parents).split("/") if p]
+    first = body.lstrip().split("\n", 1)[0]
+    if first.startswith("#"):
+        parts.append(first.lstrip("#").strip())
+    return " / ".join(parts)
+
+
+class Chunker:
+    def __init__(self, cfg: ChunkingConfig, tokenizer: Tokenizer) -> None:
+        self._cfg = cfg
+        self._splitter = SentenceSplitter(
+            chunk_size=cfg.chunk_size, chunk_overlap=cfg.chunk_overlap, tokenizer=tokenizer
+        )
+        self._markdown = MarkdownNodeParser()
+
+    def sections(self, doc: SourceDocument, text: str) -> list[tuple[str, str]]:
+        """(header path, text) pieces before size-based splitting."""
+        if doc.doc_type == "md" and self._cfg.markdown_headers:
+            nodes = self._markdown.get_nodes_from_documents([Document(text=text)])
+            pieces = [
+                (section_path(n.metadata.get("header_path", "/"), n.get_content()), n.get_content()) for n in nodes
+            ]
+            return [(header, body) for header, body in pieces if body.strip()] or [("", text)]
+        return [("", text)]
+
+    def chunk(self, doc: SourceDocument, tenant: str, title: str, text: str) -> list[Chunk]:
+        chunks: list[Chunk] = []
+        seen: dict[str, int] = {}
+        for section, body in self.sections(doc, text):
+            for piece in self._splitter.split_text(body):
+                if not piece.strip():
+                    continue
+                occurrence = seen.get(piece, 0)
+                seen[piece] = occurrence + 1
+                chunks.append(
+                    Chunk(
+                        id=chunk_id(tenant, doc.doc_id, piece, occurrence),
+                        doc_id=doc.doc_id,
+                        tenant_id=tenant,
+                        text=piece,
+                        source=doc.source,
+                        title=title,
+                        doc_type=doc.doc_type,
+                        section=section,
+                        year=doc.year,
+                        updated_at=doc.updated_at,
+                        chunk_index=len(chunks),
+                        content_hash=doc.content_hash,
+                    )
+                )
+        return chunks

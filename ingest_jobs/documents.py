@@ -1,0 +1,47 @@
+"""The data contract of the ingestion job: a source document, its chunks, and what went wrong."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cluster.hashing import sha
+from cluster.tenancy import check_tenant
+
+__all__ = ["Failure", "SourceDocument", "check_tenant", "chunk_id", "sha"]
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """One document found in a source; `text` is set for records that arrive already parsed (jsonl)."""
+
+    doc_id: str
+    source: str
+    doc_type: str
+    content_hash: str
+    title: str = ""
+    updated_at: int = 0
+    year: int = 0
+    path: str = ""
+    text: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str) -> SourceDocument:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True)
+class Failure:
+    doc_id: str
+    reason: str
+
+
+def chunk_id(tenant: str, doc_id: str, text: str, occurrence: int) -> str:
+    """Deterministic and content-derived: the same text of the same document keeps its id across runs,
+    so unchanged chunks of an edited document keep their vectors."""
+    return sha(f"{tenant}\x00{doc_id}\x00{sha(text)}\x00{occurrence}")

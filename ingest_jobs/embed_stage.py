@@ -1,0 +1,81 @@
+"""The embedding actor of the ingestion job: one model load per actor, vectors reused wherever they
+already exist (the chunk collection itself, then the shared cache), the model only for the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cluster.config import RagcConfig
+from cluster.embedding_cache import EmbeddingCache, open_embedding_cache
+from cluster.models import Embedder, SentenceTransformerEmbedder
+from cluster.store.client import connect
+from cluster.store.expr import is_in
+from cluster.store.schema import ChunkFields
+
+Batch = dict[str, np.ndarray]
+
+
+class VectorResolver:
+    """Fills the `embedding` column of a chunk batch and marks which rows needed the model."""
+
+    def __init__(self, embedder: Embedder, stored: StoredVectors | None, cache: EmbeddingCache) -> None:
+        self._embedder = embedder
+        self._stored = stored
+        self._cache = cache
+
+    def __call__(self, batch: Batch) -> Batch:
+        ids = [str(i) for i in batch[ChunkFields.ID]]
+        texts = [str(t) for t in batch[ChunkFields.TEXT]]
+        if not ids:
+            return batch | {
+                ChunkFields.DENSE: np.zeros((0, self._embedder.dim), np.float32),
+                "embedded": np.zeros(0, bool),
+            }
+        known = self._stored.lookup(ids) if self._stored else {}
+        vectors: list[list[float] | None] = [known.get(i) for i in ids]
+        pending = [n for n, v in enumerate(vectors) if v is None]
+        cached = self._cache.get_many(self._embedder.model_id, [texts[n] for n in pending])
+        for n, vector in zip(pending, cached, strict=True):
+            vectors[n] = vector
+        missing = [n for n, v in enumerate(vectors) if v is None]
+        if missing:
+            fresh = self._embedder.embed([texts[n] for n in missing])
+            for n, vector in zip(missing, fresh, strict=True):
+                vectors[n] = vector
+            self._cache.put_many(self._embedder.model_id, [texts[n] for n in missing], fresh)
+        embedded = np.zeros(len(ids), dtype=bool)
+        embedded[missing] = True
+        batch[ChunkFields.DENSE] = np.asarray(vectors, dtype=np.float32)
+        batch["embedded"] = embedded
+        return batch
+
+
+class StoredVectors:
+    """Vectors already in the chunk collection, by chunk id (unchanged chunks of an edited document)."""
+
+    def __init__(self, client: Any, collection: str) -> None:
+        self._client = client
+        self._collection = collection
+
+    def lookup(self, ids: list[str]) -> dict[str, list[float]]:
+        rows = self._client.query(
+            self._collection, filter=is_in(ChunkFields.ID, ids), output_fields=[ChunkFields.ID, ChunkFields.DENSE]
+        )
+        return {r[ChunkFields.ID]: list(r[ChunkFields.DENSE]) for r in rows}
+
+
+class ChunkEmbedder:
+    """Ray Data callable class (`map_batches(ChunkEmbedder, compute=ActorPoolStrategy(...))`)."""
+
+    def __init__(self, config: dict[str, Any], collection: str) -> None:
+        cfg = RagcConfig.model_validate(config)
+        stored = StoredVectors(connect(cfg), collection)
+        self._resolve = VectorResolver(SentenceTransformerEmbedder(cfg.embedding), stored, open_embedding_cache(cfg))
+
+    def __call__(self, batch: Batch) -> Batch:
+        # rows of documents that failed to parse carry an error and no text; drop them here rather than
+        # in a separate filter operator, which would need a CPU of its own beside the actors
+        keep = batch["error"] == ""
+        return self._resolve({column: values[keep] for column, values in batch.items()})

@@ -1,0 +1,91 @@
+"""The Ray Data part of a sync: parse+chunk in tasks, embed on an actor pool, upsert through a sink."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from cluster.config import ChunkingConfig, RagcConfig
+from cluster.ray_runtime import ensure_ray
+from ingest_jobs.chunking import Chunker, model_tokenizer
+from ingest_jobs.documents import Failure, SourceDocument
+from ingest_jobs.embed_stage import ChunkEmbedder
+from ingest_jobs.loaders import ParseError, parse
+from ingest_jobs.sink import MilvusChunkSink, SinkStats
+
+ERROR_COLUMN = "error"
+EMPTY_ROW: dict[str, Any] = {
+    "id": "",
+    "doc_id": "",
+    "tenant_id": "",
+    "text": "",
+    "source": "",
+    "title": "",
+    "doc_type": "",
+    "section": "",
+    "year": 0,
+    "updated_at": 0,
+    "chunk_index": 0,
+    "content_hash": "",
+    ERROR_COLUMN: "",
+}
+
+
+@dataclass
+class PipelineOutcome:
+    chunk_ids: dict[str, list[str]] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    stats: SinkStats = field(default_factory=SinkStats)
+
+
+def parse_and_chunk(row: dict[str, Any], chunking: ChunkingConfig, model: str, tenant: str) -> list[dict[str, Any]]:
+    doc = SourceDocument.from_json(row["doc"])
+    try:
+        title, text = parse(doc)
+        chunks = Chunker(chunking, model_tokenizer(model)).chunk(doc, tenant, title, text)
+    except ParseError as exc:
+        return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: str(exc)}]
+    if not chunks:
+        return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: "no text content"}]
+    return [EMPTY_ROW | vars(chunk) for chunk in chunks]
+
+
+def embed_and_write(cfg: RagcConfig, collection: str, tenant: str, docs: list[SourceDocument]) -> PipelineOutcome:
+    import ray.data
+
+    ensure_ray(cfg)
+    cpus = int(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
+    blocks = max(1, min(len(docs), cfg.ingest.parse_blocks or 2 * cpus))
+    items = [{"doc": doc.to_json()} for doc in docs]
+    chunked = (
+        ray.data.from_items(items, override_num_blocks=blocks)
+        .flat_map(partial(parse_and_chunk, chunking=cfg.chunking, model=cfg.embedding.model, tenant=tenant))
+        .materialize()
+    )
+    outcome = PipelineOutcome()
+    for row in chunked.select_columns(["doc_id", "id", ERROR_COLUMN]).iter_rows():
+        if row[ERROR_COLUMN]:
+            outcome.failures.append(Failure(row["doc_id"], row[ERROR_COLUMN]))
+        else:
+            outcome.chunk_ids.setdefault(row["doc_id"], []).append(row["id"])
+    if not outcome.chunk_ids:
+        return outcome
+    gpus = cfg.ingest.gpus_per_actor
+    sink = MilvusChunkSink(cfg.model_dump(mode="json"), collection)
+    (
+        chunked.map_batches(
+            ChunkEmbedder,
+            fn_constructor_kwargs={"config": cfg.model_dump(mode="json"), "collection": collection},
+            compute=ray.data.ActorPoolStrategy(
+                min_size=cfg.ingest.embed_actors_min, max_size=cfg.ingest.embed_actors_max
+            ),
+            batch_size=cfg.embedding.batch_size,
+            batch_format="numpy",
+            num_gpus=gpus if gpus > 0 else None,
+            num_cpus=0 if gpus > 0 else 1,
+        ).write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
+    )
+    outcome.stats = sink.stats
+    return outcome

@@ -1,0 +1,85 @@
+"""`ragc reindex`: rebuild every tenant's recorded source into a new collection, then swap the alias.
+
+Serving reads through the alias, so queries keep hitting the old collection until the swap."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.config import RagcConfig
+from cluster.store.client import connect
+from cluster.store.collections import ActiveCollection, Collections, generation_of, physical_name
+from ingest_jobs.documents import check_tenant
+from ingest_jobs.sync import SyncReport, source_key, sync_into
+
+
+@dataclass(frozen=True)
+class TenantSource:
+    tenant: str
+    path: Path
+
+
+@dataclass
+class ReindexReport:
+    collection: str
+    previous: str | None
+    dropped: list[str]
+    index_version: int
+    seconds: float
+    tenants: list[SyncReport] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "collection": self.collection,
+            "previous": self.previous,
+            "dropped": self.dropped,
+            "index_version": self.index_version,
+            "seconds": round(self.seconds, 3),
+            "chunks_total": sum(t.chunks_total for t in self.tenants),
+            "failed": sum(t.failed for t in self.tenants),
+            "tenants": {t.tenant: t.summary() for t in self.tenants},
+        }
+
+
+def recorded_sources(collections: Collections) -> list[TenantSource]:
+    prefix = source_key(collections.alias, "")
+    records = collections.catalog.get_many(prefix)
+    return [TenantSource(key[len(prefix) :], Path(value["path"])) for key, value in sorted(records.items())]
+
+
+def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> ReindexReport:
+    started = time.perf_counter()
+    client = connect(cfg)
+    collections = Collections(client, cfg)
+    sources = sources if sources is not None else recorded_sources(collections)
+    if not sources:
+        raise ValueError("nothing to reindex: no tenant has been ingested yet and no --tenant T PATH was given")
+    for src in sources:
+        check_tenant(src.tenant)
+        if not src.path.exists():
+            raise FileNotFoundError(f"source of tenant {src.tenant!r} is gone: {src.path}")
+    existing = collections.generations()
+    generation = max((generation_of(collections.alias, n) for n in existing), default=0) + 1
+    physical = physical_name(collections.alias, generation)
+    collections.create_physical(physical)
+    collections.load(physical)
+    target = ActiveCollection(collections.alias, physical, collections.wanted_identity())
+    try:
+        reports = [sync_into(cfg, client, target, src.path, src.tenant, prune=True) for src in sources]
+    except BaseException:
+        collections.drop_physical(physical)  # a failed rebuild leaves nothing behind; the alias never moved
+        raise
+    previous = collections.swap_alias(physical)
+    version = collections.bump_index_version()
+    for src in sources:
+        collections.catalog.put(
+            source_key(collections.alias, src.tenant), {"path": str(src.path.resolve()), "prune": True}
+        )
+    older = [n for n in collections.generations() if n != physical]
+    doomed = older[: max(0, len(older) - cfg.milvus.keep_old_collections)]
+    for name in doomed:
+        collections.drop_physical(name)
+    return ReindexReport(physical, previous, doomed, version, time.perf_counter() - started, reports)

@@ -1,0 +1,79 @@
+"""Ray Data sink that upserts embedded chunks into Milvus in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ray.data import Datasink
+from ray.data.block import Block, BlockAccessor
+from ray.data.datasource.datasink import WriteResult
+
+from cluster.config import RagcConfig
+from cluster.store.client import connect
+from cluster.store.schema import ChunkFields
+
+
+class InjectedFaultError(RuntimeError):
+    """Raised by the test-only fault hook `ingest.faults.fail_after_batches`."""
+
+
+@dataclass(frozen=True)
+class SinkStats:
+    upserted: int = 0
+    embedded: int = 0
+
+
+STORED_COLUMNS = (
+    ChunkFields.ID,
+    ChunkFields.DOC_ID,
+    ChunkFields.TENANT,
+    ChunkFields.TEXT,
+    ChunkFields.DENSE,
+    *ChunkFields.METADATA,
+)
+
+
+class MilvusChunkSink(Datasink[SinkStats]):
+    def __init__(self, config: dict[str, Any], collection: str) -> None:
+        self._config = config
+        self._collection = collection
+        self.stats = SinkStats()
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> SinkStats:
+        cfg = RagcConfig.model_validate(self._config)
+        client = connect(cfg)
+        batch_size = cfg.ingest.upsert_batch_size
+        fail_after = cfg.ingest.faults.fail_after_batches
+        upserted = embedded = batches = 0
+        try:
+            for block in blocks:
+                rows: list[Any] = list(BlockAccessor.for_block(block).iter_rows(public_row_format=False))
+                for start in range(0, len(rows), batch_size):
+                    if fail_after is not None and batches >= fail_after:
+                        raise InjectedFaultError(f"fault hook: failing after {batches} upsert batches")
+                    part = rows[start : start + batch_size]
+                    client.upsert(self._collection, [_milvus_row(r) for r in part])
+                    upserted += len(part)
+                    embedded += sum(bool(r["embedded"]) for r in part)
+                    batches += 1
+        finally:
+            client.close()
+        return SinkStats(upserted, embedded)
+
+    def on_write_complete(self, write_result: WriteResult[SinkStats]) -> None:
+        returns = write_result.write_returns
+        self.stats = SinkStats(sum(s.upserted for s in returns), sum(s.embedded for s in returns))
+
+
+def _milvus_row(row: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for column in STORED_COLUMNS:
+        value = row[column]
+        if column == ChunkFields.DENSE:
+            value = [float(x) for x in value]
+        elif hasattr(value, "item"):
+            value = value.item()
+        out[column] = value
+    return out

@@ -1,0 +1,140 @@
+"""`ragc ingest PATH --tenant T [--prune]`: make a tenant's chunks match a source, doing only what changed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pymilvus import MilvusClient
+
+from cluster.config import RagcConfig
+from cluster.store.client import connect
+from cluster.store.collections import ActiveCollection, Collections, ledger_name
+from cluster.store.expr import all_of, eq, is_in
+from cluster.store.schema import ChunkFields
+from ingest_jobs.documents import Failure, check_tenant
+from ingest_jobs.ledger import Ledger, LedgerEntry
+from ingest_jobs.loaders import scan
+from ingest_jobs.pipeline import PipelineOutcome, embed_and_write
+from ingest_jobs.plan import classify
+
+COMMIT_BATCH = 200
+
+
+@dataclass
+class SyncReport:
+    tenant: str
+    collection: str
+    added: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: int = 0
+    chunks_embedded: int = 0
+    chunks_upserted: int = 0
+    chunks_total: int = 0
+    missing: int = 0
+    skipped_files: int = 0
+    seconds: float = 0.0
+    index_version: int = 0
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def changed_anything(self) -> bool:
+        return bool(self.added or self.changed or self.deleted)
+
+    def summary(self) -> dict[str, Any]:
+        rate = self.chunks_upserted / self.seconds if self.seconds else 0.0
+        return {
+            "tenant": self.tenant,
+            "collection": self.collection,
+            "added": self.added,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
+            "failed": self.failed,
+            "missing": self.missing,
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_upserted": self.chunks_upserted,
+            "chunks_total": self.chunks_total,
+            "chunks_per_s": round(rate, 2),
+            "seconds": round(self.seconds, 3),
+            "index_version": self.index_version,
+            "failures": [{"doc_id": f.doc_id, "reason": f.reason} for f in self.failures],
+        }
+
+
+def source_key(alias: str, tenant: str) -> str:
+    return f"source:{alias}:{tenant}"
+
+
+def count_chunks(client: MilvusClient, collection: str, tenant: str) -> int:
+    rows = client.query(collection, filter=eq(ChunkFields.TENANT, tenant), output_fields=["count(*)"])
+    return int(rows[0]["count(*)"]) if rows else 0
+
+
+def run_sync(cfg: RagcConfig, source: Path, tenant: str, prune: bool = False) -> SyncReport:
+    started = time.perf_counter()
+    check_tenant(tenant)
+    client = connect(cfg)
+    collections = Collections(client, cfg)
+    active = collections.ensure()
+    report = sync_into(cfg, client, active, source, tenant, prune)
+    if report.changed_anything:
+        report.index_version = collections.bump_index_version()
+    else:
+        report.index_version = collections.index_version()
+    collections.catalog.put(source_key(active.alias, tenant), {"path": str(source.resolve()), "prune": prune})
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def sync_into(
+    cfg: RagcConfig, client: MilvusClient, active: ActiveCollection, source: Path, tenant: str, prune: bool
+) -> SyncReport:
+    """One sync into a given physical collection (also used by reindex, before the alias swap)."""
+    ledger = Ledger(client, ledger_name(active.physical))
+    found = scan(source, cfg.ingest.max_file_bytes)
+    plan = classify(found.documents, ledger.entries(tenant), prune, {f.doc_id for f in found.failures})
+    report = SyncReport(tenant=tenant, collection=active.physical, unchanged=len(plan.unchanged))
+    report.failures = list(found.failures)
+    report.missing, report.skipped_files = len(plan.missing), len(found.skipped)
+
+    outcome = embed_and_write(cfg, active.physical, tenant, plan.to_process) if plan.to_process else PipelineOutcome()
+    report.failures += outcome.failures
+    landed = [doc for doc in plan.to_process if doc.doc_id in outcome.chunk_ids]
+    _commit(client, active.physical, ledger, tenant, landed_entries(landed, outcome))
+    new_ids = {doc.doc_id for doc in plan.new}
+    report.added = sum(doc.doc_id in new_ids for doc in landed)
+    report.changed = len(landed) - report.added
+    report.chunks_embedded, report.chunks_upserted = outcome.stats.embedded, outcome.stats.upserted
+
+    for start in range(0, len(plan.deleted), COMMIT_BATCH):
+        doomed = plan.deleted[start : start + COMMIT_BATCH]
+        client.delete(active.physical, filter=all_of(eq(ChunkFields.TENANT, tenant), is_in(ChunkFields.DOC_ID, doomed)))
+        ledger.forget(tenant, doomed)
+    report.deleted = len(plan.deleted)
+    report.failed = len(report.failures)
+    report.chunks_total = count_chunks(client, active.physical, tenant)
+    return report
+
+
+def landed_entries(docs: list[Any], outcome: PipelineOutcome) -> list[LedgerEntry]:
+    return [LedgerEntry(d.doc_id, d.content_hash, tuple(outcome.chunk_ids[d.doc_id])) for d in docs]
+
+
+def _commit(client: MilvusClient, collection: str, ledger: Ledger, tenant: str, entries: list[LedgerEntry]) -> None:
+    """Chunks have landed: drop each document's chunks that are not in its new set (old versions,
+    leftovers of a crashed run), then record the documents in the ledger."""
+    for start in range(0, len(entries), COMMIT_BATCH):
+        batch = entries[start : start + COMMIT_BATCH]
+        keep = [cid for e in batch for cid in e.chunk_ids]
+        stale = all_of(
+            eq(ChunkFields.TENANT, tenant),
+            is_in(ChunkFields.DOC_ID, [e.doc_id for e in batch]),
+            f"not ({is_in(ChunkFields.ID, keep)})",
+        )
+        client.delete(collection, filter=stale)
+        ledger.record(tenant, batch)

@@ -1,0 +1,34 @@
+"""Errors that cross deployments: they pickle, and carry the HTTP status and reason the client sees."""
+
+from __future__ import annotations
+
+
+class QueryError(Exception):
+    status_code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.message,))
+
+
+class BadRequestError(QueryError):
+    status_code = 400
+
+
+class UnauthorizedError(QueryError):
+    status_code = 401
+
+
+class NotReadyError(QueryError):
+    status_code = 503
+
+
+class UnavailableError(QueryError):
+    status_code = 503
+
+
+class DeadlineError(QueryError):
+    status_code = 504

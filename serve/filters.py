@@ -1,0 +1,55 @@
+"""Request filters -> a Milvus expression. Fields and operators come from config; values are
+type-checked and escaped here, so nothing a client sends is pasted into an expression."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.config import FilterField, LimitsConfig
+from cluster.store.expr import literal
+from serve.errors import BadRequestError
+
+OPERATORS = {"eq": "==", "ne": "!=", "gte": ">=", "lte": "<="}
+MAX_STR = 1024
+
+
+def _typed(field: str, spec: FilterField, value: Any) -> str | int:
+    if spec.type == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadRequestError(f"filter {field!r} takes an integer, got {type(value).__name__}")
+        if abs(value) >= 2**63:
+            raise BadRequestError(f"filter {field!r}: integer out of range")
+        return value
+    if not isinstance(value, str):
+        raise BadRequestError(f"filter {field!r} takes a string, got {type(value).__name__}")
+    if len(value) > MAX_STR:
+        raise BadRequestError(f"filter {field!r}: value longer than {MAX_STR} characters")
+    if any(ord(c) < 32 for c in value):
+        raise BadRequestError(f"filter {field!r}: control characters are not allowed")
+    return value
+
+
+def compile_filters(filters: dict[str, Any], allowed: dict[str, FilterField], limits: LimitsConfig) -> str:
+    """`{"year": {"gte": 2020}, "doc_type": "md"}` -> `(year >= 2020) and (doc_type == "md")`."""
+    if len(filters) > limits.max_filters:
+        raise BadRequestError(f"too many filters ({len(filters)} > {limits.max_filters})")
+    clauses: list[str] = []
+    for field, condition in filters.items():
+        spec = allowed.get(field)
+        if spec is None:
+            raise BadRequestError(f"unknown filter field {field!r}; allowed: {sorted(allowed)}")
+        ops = condition if isinstance(condition, dict) else {"eq": condition}
+        if not ops:
+            raise BadRequestError(f"filter {field!r} has no condition")
+        for op, value in ops.items():
+            if op not in spec.ops:
+                raise BadRequestError(f"operator {op!r} is not allowed on {field!r}; allowed: {spec.ops}")
+            if op == "in":
+                if not isinstance(value, list) or not value:
+                    raise BadRequestError(f"filter {field!r}: 'in' takes a non-empty list")
+                if len(value) > limits.max_in_values:
+                    raise BadRequestError(f"filter {field!r}: more than {limits.max_in_values} values")
+                clauses.append(f"{field} in [{', '.join(literal(_typed(field, spec, v)) for v in value)}]")
+            else:
+                clauses.append(f"{field} {OPERATORS[op]} {literal(_typed(field, spec, value))}")
+    return " and ".join(f"({c})" for c in clauses)

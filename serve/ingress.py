@@ -1,0 +1,237 @@
+"""HTTP ingress (FastAPI): auth, validation, readiness gate, the end-to-end deadline, SSE streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from cluster.config import RagcConfig
+from serve import metrics
+from serve.auth import Authenticator
+from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
+from serve.filters import compile_filters
+from serve.pipeline import QueryPipeline, Stages
+from serve.types import QueryRequest, QueryResponse
+
+logger = logging.getLogger(__name__)
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+READY_RECHECK_S = 2.0
+
+QUERY_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": QueryRequest.model_json_schema(ref_template="#/components/schemas/{model}")}
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "answer (JSON, or SSE with stream=true)",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueryResponse"}}},
+        },
+        "400": {"description": "bad request"},
+        "401": {"description": "missing or unknown API key"},
+        "413": {"description": "body too large"},
+        "415": {"description": "not JSON"},
+        "503": {"description": "not ready, overloaded or retrieval unavailable"},
+        "504": {"description": "request deadline passed"},
+    },
+}
+
+
+def error_response(status: int, message: str, request_id: str) -> JSONResponse:
+    metrics.REQUESTS.labels(code=str(status)).inc()
+    return JSONResponse({"error": message, "request_id": request_id}, status_code=status)
+
+
+def sse(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+        parts.append(f"{where}: {err.get('msg')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+class Ingress:
+    """Plain class: Serve wraps it with `serve.ingress(api)` in the builder; `stages` are injected."""
+
+    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any) -> None:
+        self._cfg = RagcConfig.model_validate(config)
+        self._scfg = self._cfg.serve
+        self._auth = Authenticator(self._scfg.auth, self._scfg.http_host)
+        self._pipeline = QueryPipeline(self._scfg, stages)
+        self._readiness = readiness
+        self._ready: tuple[float, bool, str | None] = (0.0, False, "not checked yet")
+
+    async def ready(self) -> tuple[bool, str | None]:
+        checked_at, ok, reason = self._ready
+        if ok or (time.monotonic() - checked_at < READY_RECHECK_S and checked_at):
+            return ok, reason
+        try:
+            ok, reason = await asyncio.wait_for(self._readiness(), self._scfg.retrieve.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - readiness failures are reasons, not crashes
+            ok, reason = False, f"retrieval stage unreachable: {exc!r}"
+        self._ready = (time.monotonic(), ok, reason)
+        return ok, reason
+
+    async def parse(self, request: Request) -> QueryRequest:
+        limits = self._scfg.limits
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if ctype not in ("application/json", ""):
+            raise _HTTPError(415, f"content type {ctype!r} is not supported; send application/json")
+        body = await request.body()
+        if len(body) > limits.max_body_bytes:
+            raise _HTTPError(413, f"body too large ({len(body)} bytes > {limits.max_body_bytes})")
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise BadRequestError(f"body is not valid UTF-8 (byte {exc.start})") from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise BadRequestError(f"malformed JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise BadRequestError("the body must be a JSON object")
+        try:
+            parsed = QueryRequest.model_validate(data)
+        except ValidationError as exc:
+            raise BadRequestError(_validation_message(exc)) from exc
+        query = parsed.query.strip()
+        if not query:
+            raise BadRequestError("query is empty")
+        if len(parsed.query) > limits.max_query_chars:
+            raise BadRequestError(f"query too long ({len(parsed.query)} > {limits.max_query_chars} characters)")
+        if "\x00" in parsed.query:
+            raise BadRequestError("query contains a NUL character")
+        if len(parsed.history) > limits.max_history_turns:
+            raise BadRequestError(f"too many history turns ({len(parsed.history)} > {limits.max_history_turns})")
+        if any(len(t.content) > limits.max_turn_chars for t in parsed.history):
+            raise BadRequestError(f"a history turn is longer than {limits.max_turn_chars} characters")
+        if parsed.top_k is not None and not 1 <= parsed.top_k <= limits.max_top_k:
+            raise BadRequestError(f"top_k must be between 1 and {limits.max_top_k}")
+        return parsed.model_copy(update={"query": query})
+
+    async def handle_query(self, request: Request) -> Response:
+        header_id = request.headers.get("x-request-id", "")
+        request_id = header_id if REQUEST_ID.match(header_id) else uuid.uuid4().hex
+        try:
+            tenant = self._auth.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
+            parsed = await self.parse(request)
+            filter_expr = compile_filters(parsed.filters, self._scfg.filters, self._scfg.limits)
+            ok, reason = await self.ready()
+            if not ok:
+                raise NotReadyError(f"service not ready: {reason}")
+            wants_stream = parsed.stream or "text/event-stream" in request.headers.get("accept", "")
+            if wants_stream:
+                return StreamingResponse(
+                    self._stream(parsed, tenant, filter_expr, request_id),
+                    media_type="text/event-stream",
+                    headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"},
+                )
+            result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
+        except _HTTPError as exc:
+            return error_response(exc.status, exc.message, request_id)
+        except QueryError as exc:
+            return error_response(exc.status_code, exc.message, request_id)
+        metrics.REQUESTS.labels(code="200").inc()
+        return JSONResponse(result, headers={"X-Request-ID": request_id})
+
+    async def _run_with_deadline(
+        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Any = None
+    ) -> dict[str, Any]:
+        deadline = self._scfg.request_timeout_s
+        try:
+            return await asyncio.wait_for(self._pipeline.run(parsed, tenant, filter_expr, request_id, emit), deadline)
+        except TimeoutError as exc:
+            raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
+
+    async def _stream(self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str) -> AsyncIterator[str]:
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+
+        async def emit(event: str, data: dict[str, Any]) -> None:
+            await queue.put((event, data))
+
+        async def produce() -> None:
+            try:
+                result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id, emit)
+                metrics.REQUESTS.labels(code="200").inc()
+                await queue.put(("final", result))
+            except QueryError as exc:
+                metrics.REQUESTS.labels(code=str(exc.status_code)).inc()
+                await queue.put(("error", {"status": exc.status_code, "error": exc.message, "request_id": request_id}))
+
+        task = asyncio.create_task(produce())
+        try:
+            while True:
+                event, data = await queue.get()
+                yield sse(event, data)
+                if event in ("final", "error"):
+                    break
+        finally:
+            task.cancel()
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
+    """A fresh FastAPI app and the class whose methods are its routes; Serve's class-based ingress
+    takes the routes out of the app it is given, so every application build needs its own pair."""
+    api = FastAPI(
+        title="ragc query API",
+        version="1",
+        description="Retrieval-augmented answers with citations, per tenant. Send an API key as "
+        "`Authorization: Bearer <key>` or `X-API-Key`.",
+    )
+
+    class IngressRoutes(Ingress):
+        @api.post("/v1/query", openapi_extra=QUERY_OPENAPI, response_model=None)
+        async def query(self, request: Request) -> Response:
+            return await self.handle_query(request)
+
+        @api.get("/healthz")
+        async def healthz(self) -> dict[str, str]:
+            return {"status": "ok"}
+
+        @api.get("/readyz", response_model=None)
+        async def readyz(self) -> Response:
+            ok, reason = await self.ready()
+            return JSONResponse({"ready": ok, "reason": reason}, status_code=200 if ok else 503)
+
+        @api.get("/metrics", response_model=None)
+        async def prometheus(self) -> Response:
+            return PlainTextResponse(generate_latest(metrics.REGISTRY).decode(), media_type=CONTENT_TYPE_LATEST)
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema:
+            return api.openapi_schema
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (QueryRequest, QueryResponse):
+            full = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(full.pop("$defs", {}))
+            components[model.__name__] = full
+        api.openapi_schema = schema
+        return schema
+
+    api.openapi = openapi  # type: ignore[method-assign]
+    return api, IngressRoutes

@@ -1,0 +1,205 @@
+"""The query path's orchestration: each stage behind a timeout with its fallback, tenant assertion,
+abstention, and a per-stage report. Plain asyncio: stages are injected (handles in Serve, fakes in tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from cluster.config import ServeConfig
+from serve import metrics
+from serve.errors import UnavailableError
+from serve.synthesize import extractive_answer
+from serve.types import (
+    Passage,
+    QueryRequest,
+    RetrievalResult,
+    RewriteResult,
+    StageReport,
+    StageStatusName,
+    Synthesis,
+)
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class Stages(Protocol):
+    async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult: ...
+
+    async def retrieve(
+        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None
+    ) -> RetrievalResult: ...
+
+    async def rerank(
+        self, query: str, passages: list[Passage], top_n: int
+    ) -> tuple[list[Passage], StageStatusName]: ...
+
+    async def synthesize(self, query: str, passages: list[Passage]) -> Synthesis: ...
+
+
+class StageFailure(Exception):
+    """A stage timed out or raised; `reason` says which, for the response and the logs."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    try:
+        return await asyncio.wait_for(call(), timeout_s)
+    except TimeoutError as exc:
+        raise StageFailure(f"timed out after {timeout_s:g}s") from exc
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        logger.warning("stage failed", extra={"stage": stage, "error": repr(exc)})
+        raise StageFailure(f"{type(exc).__name__}: {exc}") from exc
+
+
+class QueryPipeline:
+    def __init__(self, cfg: ServeConfig, stages: Stages) -> None:
+        self._cfg = cfg
+        self._stages = stages
+
+    async def run(
+        self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
+    ) -> dict[str, Any]:
+        reports: dict[str, StageReport] = {}
+
+        async def report(stage: str, status: StageStatusName, started: float, detail: str = "") -> None:
+            reports[stage] = StageReport(status, (time.perf_counter() - started) * 1000, detail)
+            metrics.observe_stage(stage, status, reports[stage].ms / 1000)
+            if emit:
+                await emit("stage", {"stage": stage, **reports[stage].public()})
+
+        cfg = self._cfg
+        top_k = request.top_k or cfg.default_top_k
+        want_rewrite = cfg.rewrite.rewrite_default if request.rewrite is None else request.rewrite
+        want_hyde = cfg.rewrite.hyde_default if request.hyde is None else request.hyde
+        want_rerank = True if request.rerank is None else request.rerank
+        history = [t.model_dump() for t in request.history]
+
+        started = time.perf_counter()
+        query, hyde_passage = request.query, None
+        if want_rewrite or want_hyde:
+            try:
+                rewritten = await call_stage(
+                    "rewrite",
+                    lambda: self._stages.rewrite(request.query, history, want_rewrite, want_hyde),
+                    cfg.rewrite.timeout_s,
+                )
+                query, hyde_passage = rewritten.query or request.query, rewritten.hyde_passage
+                await report("rewrite", rewritten.status, started, rewritten.detail)
+            except StageFailure as failure:
+                await report("rewrite", "fallback", started, f"original query used: {failure.reason}")
+        else:
+            await report("rewrite", "skipped", started, "not requested")
+
+        started = time.perf_counter()
+        try:
+            retrieved = await call_stage(
+                "retrieve",
+                lambda: self._stages.retrieve(tenant, query, filter_expr, hyde_passage),
+                cfg.retrieve.timeout_s,
+            )
+        except StageFailure as failure:
+            await report("retrieve", "error", started, failure.reason)
+            raise UnavailableError(f"retrieval unavailable: {failure.reason}") from failure
+        passages = self._own_tenant_only(retrieved.passages, tenant, request_id)
+        degraded = "; ".join(f"{arm} {state}" for arm, state in retrieved.arms.items() if state != "ok")
+        await report("retrieve", "fallback" if degraded else "ok", started, degraded)
+
+        if not passages:
+            return self._abstain(reports, retrieved.index_version, request_id, tenant)
+
+        started = time.perf_counter()
+        if want_rerank:
+            try:
+                ranked, status = await call_stage(
+                    "rerank", lambda: self._stages.rerank(query, passages, top_k), cfg.rerank.timeout_s
+                )
+                passages = ranked
+                await report("rerank", status, started)
+            except StageFailure as failure:
+                passages = passages[:top_k]
+                await report("rerank", "fallback", started, f"fusion order kept: {failure.reason}")
+        else:
+            passages = passages[:top_k]
+            await report("rerank", "skipped", started, "not requested")
+
+        started = time.perf_counter()
+        try:
+            synthesis = await call_stage(
+                "synthesize", lambda: self._stages.synthesize(request.query, passages), cfg.synthesize.timeout_s
+            )
+            await report("synthesize", "ok", started, synthesis.mode)
+        except StageFailure as failure:
+            synthesis = extractive_answer(request.query, passages, cfg.synthesize)
+            await report("synthesize", "fallback", started, f"extractive answer: {failure.reason}")
+        if emit:
+            for piece in synthesis.answer.split(" "):
+                await emit("token", {"text": piece + " "})
+        return self._response(synthesis, passages, reports, retrieved.index_version, request_id, tenant)
+
+    @staticmethod
+    def _own_tenant_only(passages: list[Passage], tenant: str, request_id: str) -> list[Passage]:
+        """The tenant filter is in the search; this asserts it held. A stranger's passage is an incident."""
+        foreign = [p for p in passages if p.tenant_id != tenant]
+        for passage in foreign:
+            metrics.INCIDENTS.labels(kind="tenant_mismatch").inc()
+            logger.error(
+                "tenant isolation incident: passage dropped",
+                extra={"request_id": request_id, "tenant": tenant, "chunk_id": passage.chunk_id},
+            )
+        return [p for p in passages if p.tenant_id == tenant] if foreign else passages
+
+    def _abstain(
+        self, reports: dict[str, StageReport], index_version: int, request_id: str, tenant: str
+    ) -> dict[str, Any]:
+        metrics.ABSTENTIONS.inc()
+        reports["rerank"] = StageReport("skipped", 0.0, "nothing to rerank")
+        reports["synthesize"] = StageReport("skipped", 0.0, "abstained: no passage above the similarity floor")
+        return {
+            "answer": self._cfg.abstain_answer,
+            "citations": [],
+            "passages": [],
+            "abstained": True,
+            "grounded": False,
+            "stages": {k: v.public() for k, v in reports.items()},
+            "index_version": index_version,
+            "request_id": request_id,
+            "tenant": tenant,
+        }
+
+    @staticmethod
+    def _response(
+        synthesis: Synthesis,
+        passages: list[Passage],
+        reports: dict[str, StageReport],
+        index_version: int,
+        request_id: str,
+        tenant: str,
+    ) -> dict[str, Any]:
+        public = [p.public(n) for n, p in enumerate(passages, start=1)]
+        citations = [
+            {k: public[n - 1][k] for k in ("n", "chunk_id", "doc_id", "title", "source", "score")}
+            for n in synthesis.cited
+            if 1 <= n <= len(public)
+        ]
+        return {
+            "answer": synthesis.answer,
+            "citations": citations,
+            "passages": public,
+            "abstained": False,
+            "grounded": synthesis.grounded,
+            "stages": {k: v.public() for k, v in reports.items()},
+            "index_version": index_version,
+            "request_id": request_id,
+            "tenant": tenant,
+        }

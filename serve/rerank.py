@@ -1,0 +1,81 @@
+"""Cross-encoder rerank: score (query, passage) pairs batched across requests, keep top_n by rank.
+
+Cross-encoder outputs are uncalibrated logits: they order candidates, they are never a threshold."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from ray import serve
+
+from cluster.config import RagcConfig, RerankConfig
+from cluster.models import pick_device, resolve_model_path
+from serve.types import Passage, StageStatusName
+
+Pairs = list[tuple[str, str]]
+
+
+class PairScorer(Protocol):
+    def score(self, pairs: Pairs) -> list[float]: ...
+
+
+class CrossEncoderScorer:
+    def __init__(self, cfg: RerankConfig) -> None:
+        from sentence_transformers import CrossEncoder
+
+        assert cfg.model is not None
+        self._model = CrossEncoder(
+            resolve_model_path(cfg.model), num_labels=1, max_length=cfg.max_length, device=pick_device("auto")
+        )
+
+    def score(self, pairs: Pairs) -> list[float]:
+        if not pairs:
+            return []
+        return [float(s) for s in self._model.predict(pairs, show_progress_bar=False)]
+
+
+def order_by_scores(passages: list[Passage], scores: list[float], top_n: int) -> list[Passage]:
+    ranked = sorted(zip(passages, scores, strict=True), key=lambda ps: -ps[1])
+    out = []
+    for passage, score in ranked[:top_n]:
+        passage.rerank_score = score
+        out.append(passage)
+    return out
+
+
+class RerankStage:
+    """Serve deployment. Without a configured model every call is `skipped` and keeps the fusion order."""
+
+    def __init__(self, config: dict[str, Any], scorer: PairScorer | None = None) -> None:
+        cfg = RagcConfig.model_validate(config)
+        self._cfg = cfg.serve.rerank
+        self._delay_s = cfg.serve.faults.delay_s.get("rerank", 0.0)
+        self._scorer = scorer or (CrossEncoderScorer(self._cfg) if self._cfg.model else None)
+        batcher: Any = self._score_batch
+        batcher.set_max_batch_size(self._cfg.batch_max_size)
+        batcher.set_batch_wait_timeout_s(self._cfg.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
+    async def _score_batch(self, requests: list[Pairs]) -> list[list[float]]:
+        """One forward pass over the pairs of every request in the batch."""
+        assert self._scorer is not None
+        flat = [pair for pairs in requests for pair in pairs]
+        scores = await asyncio.to_thread(self._scorer.score, flat)
+        out, start = [], 0
+        for pairs in requests:
+            out.append(scores[start : start + len(pairs)])
+            start += len(pairs)
+        return out
+
+    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
+        if self._scorer is None:
+            return passages[:top_n], "skipped"
+        if self._delay_s:
+            await asyncio.sleep(self._delay_s)
+        head = passages[: self._cfg.depth]
+        scores = await self._score_batch([(query, p.text) for p in head])
+        return order_by_scores(head, scores, top_n), "ok"
+
+    def check_health(self) -> None:
+        return None

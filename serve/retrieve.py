@@ -1,0 +1,232 @@
+"""Hybrid retrieval: a dense arm and a BM25 arm in Milvus, fused by reciprocal rank, tenant and request
+filters pushed into both, and a cosine floor so that a question with nothing relevant gets nothing.
+
+The arms run as two searches rather than one `hybrid_search`: the floor needs each candidate's dense
+cosine (a fused result only carries the RRF score), and a failing arm must degrade to the other alone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from cluster.config import RagcConfig
+from cluster.models import Embedder, SentenceTransformerEmbedder
+from cluster.store.client import connect
+from cluster.store.collections import CollectionMismatchError, Collections
+from cluster.store.expr import all_of, eq
+from cluster.store.schema import ChunkFields
+from serve.types import Passage, RetrievalResult
+
+logger = logging.getLogger(__name__)
+ARMS = ("dense", "bm25")
+
+
+class InjectedArmFailureError(RuntimeError):
+    pass
+
+
+def rrf_fuse(ranked_lists: list[list[str]], k: int) -> dict[str, float]:
+    """Reciprocal rank fusion: each id scores sum(1 / (k + rank)) over the lists it is in (rank from 1)."""
+    scores: dict[str, float] = {}
+    for ranked in ranked_lists:
+        for rank, chunk_id in enumerate(ranked, start=1):
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def query_vector(embedder: Embedder, query: str, hyde_passage: str | None) -> list[float]:
+    """The query's vector; with HyDE, the normalised mean of the query and the hypothetical passage."""
+    texts = [query] if not hyde_passage else [query, hyde_passage]
+    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+    mean = vectors.mean(axis=0)
+    norm = float(np.linalg.norm(mean)) or 1.0
+    return (mean / norm).tolist()
+
+
+def _passage(entity: dict[str, Any]) -> Passage:
+    f = ChunkFields
+    return Passage(
+        chunk_id=str(entity[f.ID]),
+        doc_id=str(entity[f.DOC_ID]),
+        tenant_id=str(entity[f.TENANT]),
+        text=str(entity[f.TEXT]),
+        title=str(entity.get(f.TITLE, "")),
+        source=str(entity.get(f.SOURCE, "")),
+        section=str(entity.get(f.SECTION, "")),
+        doc_type=str(entity.get(f.DOC_TYPE, "")),
+        year=int(entity.get(f.YEAR, 0) or 0),
+    )
+
+
+class HybridRetriever:
+    """Plain class: the Serve deployment, `ragc eval` and the benchmarks all run this same code."""
+
+    def __init__(self, cfg: RagcConfig, embedder: Embedder | None = None) -> None:
+        self._cfg = cfg
+        self._rcfg = cfg.serve.retrieve
+        self._embedder = embedder
+        self._client: Any = None
+        self._collections: Collections | None = None
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve")
+        self._version: tuple[float, int] = (0.0, 0)
+        self.not_ready_reason: str | None = "not warmed up"
+
+    def warm_up(self) -> None:
+        if self._embedder is None:
+            self._embedder = SentenceTransformerEmbedder(self._cfg.embedding)
+        self.check_ready()
+
+    def check_ready(self) -> bool:
+        """Milvus reachable, collection loaded, the collection's embedding model is the configured one."""
+        try:
+            if self._client is None:
+                self._client = connect(self._cfg)
+                self._collections = Collections(self._client, self._cfg)
+            assert self._collections is not None
+            active = self._collections.ensure()
+            state = self._client.get_load_state(active.physical)
+            if "Loaded" not in str(state.get("state")):
+                self.not_ready_reason = f"collection {active.physical} is not loaded ({state.get('state')})"
+                return False
+        except CollectionMismatchError as exc:
+            self.not_ready_reason = f"embedding model mismatch: {exc}"
+            return False
+        except Exception as exc:  # noqa: BLE001 - any connection failure means "not ready", with its reason
+            self._client = None
+            self.not_ready_reason = f"milvus unreachable: {exc}"
+            return False
+        self.not_ready_reason = None
+        return True
+
+    def index_version(self) -> int:
+        checked_at, version = self._version
+        if time.monotonic() - checked_at > self._rcfg.index_version_ttl_s and self._collections:
+            version = self._collections.index_version()
+            self._version = (time.monotonic(), version)
+        return version
+
+    def _search_dense(self, vector: list[float], expr: str) -> list[dict[str, Any]]:
+        if "dense" in self._cfg.serve.faults.fail:
+            raise InjectedArmFailureError("fault hook: dense arm fails")
+        hits = self._client.search(
+            self._cfg.milvus.collection,
+            data=[vector],
+            anns_field=ChunkFields.DENSE,
+            limit=self._rcfg.dense_candidates,
+            filter=expr,
+            output_fields=list(ChunkFields.OUTPUT),
+            search_params={
+                "metric_type": "COSINE",
+                "params": {"ef": max(self._rcfg.hnsw_ef, self._rcfg.dense_candidates)},
+            },
+        )[0]
+        return [{**h["entity"], "_cosine": float(h["distance"])} for h in hits]
+
+    def _search_bm25(self, text: str, expr: str, vector: list[float] | None) -> list[dict[str, Any]]:
+        if "bm25" in self._cfg.serve.faults.fail:
+            raise InjectedArmFailureError("fault hook: bm25 arm fails")
+        hits = self._client.search(
+            self._cfg.milvus.collection,
+            data=[text],
+            anns_field=ChunkFields.SPARSE,
+            limit=self._rcfg.bm25_candidates,
+            filter=expr,
+            output_fields=[*ChunkFields.OUTPUT, ChunkFields.DENSE],
+            search_params={"metric_type": "BM25"},
+        )[0]
+        out = []
+        for h in hits:
+            entity = dict(h["entity"])
+            stored = entity.pop(ChunkFields.DENSE, None)
+            cosine = float(np.dot(np.asarray(stored, np.float32), vector)) if vector and stored is not None else None
+            out.append({**entity, "_cosine": cosine})
+        return out
+
+    def retrieve(
+        self,
+        tenant: str,
+        query: str,
+        filter_expr: str = "",
+        hyde_passage: str | None = None,
+        use_dense: bool = True,
+        use_bm25: bool = True,
+    ) -> RetrievalResult:
+        if self._client is None and not self.check_ready():
+            raise RuntimeError(self.not_ready_reason or "retriever not ready")
+        assert self._embedder is not None
+        expr = all_of(eq(ChunkFields.TENANT, tenant), filter_expr)
+        arms: dict[str, str] = {}
+        vector: list[float] | None = None
+        try:
+            vector = query_vector(self._embedder, query, hyde_passage)
+        except Exception as exc:  # noqa: BLE001 - the BM25 arm can still answer
+            logger.warning("query embedding failed", extra={"error": str(exc)})
+            arms["dense"] = f"embedding failed: {exc}"
+        jobs = {}
+        if use_dense and vector is not None:
+            jobs["dense"] = self._pool.submit(self._search_dense, vector, expr)
+        if use_bm25:
+            jobs["bm25"] = self._pool.submit(self._search_bm25, query, expr, vector)
+        results: dict[str, list[dict[str, Any]]] = {}
+        for arm, job in jobs.items():
+            try:
+                results[arm] = job.result()
+                arms[arm] = "ok"
+            except Exception as exc:  # noqa: BLE001 - one arm failing degrades to the other
+                logger.warning("retrieval arm failed", extra={"arm": arm, "error": str(exc)})
+                arms[arm] = f"failed: {exc}"
+        if not results:
+            raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
+        return self._fuse(results, arms, vector is not None)
+
+    def _fuse(
+        self, results: dict[str, list[dict[str, Any]]], arms: dict[str, str], have_vector: bool
+    ) -> RetrievalResult:
+        entities: dict[str, dict[str, Any]] = {}
+        for hits in results.values():
+            for entity in hits:
+                known = entities.setdefault(entity[ChunkFields.ID], entity)
+                if known.get("_cosine") is None:
+                    known["_cosine"] = entity.get("_cosine")
+        fused = rrf_fuse([[e[ChunkFields.ID] for e in hits] for hits in results.values()], self._rcfg.rrf_k)
+        passages: list[Passage] = []
+        dropped = 0
+        for chunk_id, score in sorted(fused.items(), key=lambda kv: -kv[1]):
+            entity = entities[chunk_id]
+            cosine = entity.get("_cosine")
+            if have_vector and (cosine is None or cosine < self._rcfg.similarity_floor):
+                dropped += 1
+                continue
+            passage = _passage(entity)
+            passage.score, passage.dense_score = score, cosine
+            passages.append(passage)
+        return RetrievalResult(passages[: self._rcfg.pool_size], self.index_version(), arms, dropped)
+
+
+class RetrieveStage:
+    """Serve deployment: one retriever (embedder + Milvus client) per replica."""
+
+    def __init__(self, config: dict[str, Any], retriever: HybridRetriever | None = None) -> None:
+        cfg = RagcConfig.model_validate(config)
+        self._delay_s = cfg.serve.faults.delay_s.get("retrieve", 0.0)
+        self._retriever = retriever or HybridRetriever(cfg)
+        self._retriever.warm_up()
+
+    async def retrieve(
+        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None = None
+    ) -> RetrievalResult:
+        if self._delay_s:
+            await asyncio.sleep(self._delay_s)
+        return await asyncio.to_thread(self._retriever.retrieve, tenant, query, filter_expr, hyde_passage)
+
+    async def readiness(self) -> tuple[bool, str | None]:
+        ready = await asyncio.to_thread(self._retriever.check_ready)
+        return ready, self._retriever.not_ready_reason
+
+    def check_health(self) -> None:
+        return None

@@ -1,0 +1,48 @@
+"""Fakes for unit tests only; each satisfies the protocol of the real part it stands in for."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from cluster.embedding_cache import EmbeddingCache
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words vectors: texts sharing words are close. Satisfies `Embedder`."""
+
+    def __init__(self, dim: int = 32, model_id: str = "test/hash") -> None:
+        self.dim = dim
+        self.model_id = model_id
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        out = []
+        for text in texts:
+            vec = [0.0] * self.dim
+            for word in text.lower().split():
+                vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+            norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+            out.append([v / norm for v in vec])
+        return out
+
+
+class DictEmbeddingCache(EmbeddingCache):
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], list[float]] = {}
+
+    def get_many(self, model_id: str, texts: list[str]) -> list[list[float] | None]:
+        return [self.data.get((model_id, t)) for t in texts]
+
+    def put_many(self, model_id: str, texts: list[str], vectors: list[list[float]]) -> None:
+        for text, vector in zip(texts, vectors, strict=True):
+            self.data[(model_id, text)] = vector
+
+
+class DictStoredVectors:
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = vectors
+
+    def lookup(self, ids: list[str]) -> dict[str, list[float]]:
+        return {i: self.vectors[i] for i in ids if i in self.vectors}

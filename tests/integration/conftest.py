@@ -1,0 +1,76 @@
+"""Real parts: a milvus-lite server process, a redis-server, local Ray, the packaged MiniLM model."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.config import RagcConfig
+from cluster.sidecars import start_milvus, start_redis, stop
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("milvus")
+    record = start_milvus(root / "data", "127.0.0.1", free_port(), root / "logs", timeout_s=120)
+    yield record
+    stop(record)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    root = tmp_path_factory.mktemp("redis")
+    record = start_redis("127.0.0.1", free_port(), root / "logs", timeout_s=30)
+    assert record is not None
+    yield record
+    stop(record)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    from cluster.ray_runtime import ensure_ray
+
+    ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 2}}))
+    yield
+    ray.shutdown()
+
+
+def make_config(milvus: dict[str, Any], redis: dict[str, Any] | None, state_dir: Path, **overrides: Any) -> RagcConfig:
+    data: dict[str, Any] = {
+        "state_dir": str(state_dir),
+        "milvus": {"uri": milvus["uri"], "collection": f"t_{uuid.uuid4().hex[:10]}"},
+        "redis": {"url": redis["url"]} if redis else {"enabled": False},
+        "ray": {"num_cpus": 2},
+        "chunking": {"chunk_size": 128, "chunk_overlap": 16},
+        "ingest": {"upsert_batch_size": 4},
+    }
+    for key, value in overrides.items():
+        data[key] = {**data.get(key, {}), **value}
+    return RagcConfig.model_validate(data)
+
+
+@pytest.fixture
+def cfg(milvus_server: dict[str, Any], redis_server: dict[str, Any], tmp_path: Path, ray_session: None) -> RagcConfig:
+    """A fresh collection alias and an empty Redis per test, on the shared servers."""
+    import redis
+
+    redis.Redis.from_url(redis_server["url"]).flushdb()
+    return make_config(milvus_server, redis_server, tmp_path / "state")

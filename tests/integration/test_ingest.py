@@ -1,0 +1,211 @@
+"""Incremental ingestion against a real milvus-lite server, Redis, Ray Data and the packaged model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pymilvus import MilvusClient
+
+from cluster.config import RagcConfig
+from cluster.store.client import connect
+from cluster.store.collections import CollectionMismatchError, Collections, ledger_name
+from cluster.store.expr import all_of, eq
+from ingest_jobs.ledger import Ledger
+from ingest_jobs.reindex import TenantSource, run_reindex
+from ingest_jobs.sink import InjectedFaultError
+from ingest_jobs.sync import run_sync
+
+pytestmark = pytest.mark.integration
+
+DOCS = {
+    "tenancy.md": "# Tenancy\n\nEvery chunk carries a tenant id used as the Milvus partition key.\n\n"
+    "## Filters\n\nThe server adds the tenant filter to every search; a request cannot widen it.\n",
+    "edits.txt": "When a document is edited its content hash changes. The old chunks are deleted and only "
+    "the new text is embedded again. Unchanged documents cost nothing on a re-run.",
+    "cache.md": "# Caching\n\nResponses are cached per replica, in Redis, and semantically by embedding.\n",
+    "long.txt": "\n\n".join(
+        f"Section {n} talks about topic number {n} in detail: " + " ".join(f"word{n}x{i}" for i in range(60)) + "."
+        for n in range(6)
+    ),
+}
+
+
+def make_corpus(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in DOCS.items():
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def rows_of(cfg: RagcConfig, tenant: str, doc_id: str | None = None) -> list[dict]:
+    client = connect(cfg)
+    clauses = [eq("tenant_id", tenant)] + ([eq("doc_id", doc_id)] if doc_id else [])
+    return client.query(
+        cfg.milvus.collection, filter=all_of(*clauses), output_fields=["id", "doc_id", "text"], limit=10000
+    )
+
+
+def test_first_run_then_rerun_embeds_nothing(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    first = run_sync(cfg, corpus, "acme")
+    assert (first.added, first.changed, first.failed) == (4, 0, 0)
+    assert first.chunks_total == first.chunks_upserted == len(rows_of(cfg, "acme")) > 4
+    assert first.chunks_embedded == first.chunks_upserted
+    assert first.index_version == 1
+
+    again = run_sync(cfg, corpus, "acme")
+    assert (again.added, again.changed, again.unchanged, again.chunks_embedded) == (0, 0, 4, 0)
+    assert again.chunks_total == first.chunks_total
+    assert again.index_version == 1, "a run that changed nothing keeps the index version"
+
+
+def test_edit_reembeds_only_that_document_and_drops_its_old_chunks(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    first = run_sync(cfg, corpus, "acme")
+    old = {r["id"]: r["text"] for r in rows_of(cfg, "acme", "long.txt")}
+    text = (corpus / "long.txt").read_text()
+    (corpus / "long.txt").write_text(text.replace("Section 5 talks", "Section five now says something else"))
+
+    edited = run_sync(cfg, corpus, "acme")
+    assert (edited.changed, edited.added, edited.unchanged) == (1, 0, 3)
+    new = {r["id"]: r["text"] for r in rows_of(cfg, "acme", "long.txt")}
+    assert 0 < edited.chunks_embedded < len(new), "unchanged chunks of the edited document reuse their vectors"
+    assert not any("Section 5 talks" in t for t in new.values()), "old chunks are gone"
+    assert set(old) - set(new), "the edited chunk got a new id"
+    assert edited.chunks_total == len(rows_of(cfg, "acme")) == first.chunks_total - len(old) + len(new)
+    assert edited.index_version == first.index_version + 1
+    ledger = Ledger(connect(cfg), ledger_name(Collections(connect(cfg), cfg).resolve() or ""))
+    assert set(ledger.entries("acme")["long.txt"].chunk_ids) == set(new)
+
+
+def test_prune_removes_deleted_documents(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    run_sync(cfg, corpus, "acme")
+    (corpus / "cache.md").unlink()
+    kept = run_sync(cfg, corpus, "acme")
+    assert kept.missing == 1 and kept.deleted == 0
+    assert rows_of(cfg, "acme", "cache.md"), "without --prune nothing is deleted"
+    pruned = run_sync(cfg, corpus, "acme", prune=True)
+    assert pruned.deleted == 1
+    assert rows_of(cfg, "acme", "cache.md") == []
+    assert pruned.chunks_total == len(rows_of(cfg, "acme"))
+
+
+def test_crash_mid_run_then_rerun_gives_the_exact_chunks(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    faulty = cfg.model_copy(deep=True)
+    faulty.ingest.faults.fail_after_batches = 1
+    with pytest.raises(Exception) as excinfo:
+        run_sync(faulty, corpus, "acme")
+    assert "fault hook" in str(excinfo.value) or isinstance(excinfo.value, InjectedFaultError)
+    del excinfo  # the traceback pins the failed dataset (and its actor) in this process
+    partial = rows_of(cfg, "acme")
+    assert len(partial) > 0, "some batches landed before the crash"
+
+    # edit a document between the crash and the re-run: leftovers of the crashed version must not survive
+    (corpus / "edits.txt").write_text("Rewritten after the crash: entirely new wording about edits.")
+    recovered = run_sync(cfg, corpus, "acme")
+    assert recovered.added == 4
+    ids = [r["id"] for r in rows_of(cfg, "acme")]
+    assert len(ids) == len(set(ids)) == recovered.chunks_total
+
+    reference = cfg.model_copy(deep=True)
+    reference.milvus.collection = cfg.milvus.collection + "_ref"
+    clean = run_sync(reference, corpus, "acme")
+    assert clean.chunks_total == recovered.chunks_total
+    assert sorted(r["text"] for r in rows_of(reference, "acme")) == sorted(r["text"] for r in rows_of(cfg, "acme"))
+
+
+def test_tenants_stay_in_their_partitions(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    a = run_sync(cfg, corpus, "tenant-a")
+    b = run_sync(cfg, corpus, "tenant-b")
+    assert a.chunks_total == b.chunks_total > 0
+    ids_a = {r["id"] for r in rows_of(cfg, "tenant-a")}
+    ids_b = {r["id"] for r in rows_of(cfg, "tenant-b")}
+    assert not ids_a & ids_b
+    client = connect(cfg)
+    hits = client.search(
+        cfg.milvus.collection,
+        data=["partition key tenant"],
+        anns_field="sparse_embedding",
+        limit=50,
+        filter=eq("tenant_id", "tenant-b"),
+        output_fields=["tenant_id"],
+    )[0]
+    assert hits and {h["entity"]["tenant_id"] for h in hits} == {"tenant-b"}
+    (corpus / "edits.txt").unlink()
+    run_sync(cfg, corpus, "tenant-a", prune=True)
+    assert rows_of(cfg, "tenant-b", "edits.txt"), "pruning tenant A leaves tenant B alone"
+
+
+def test_another_embedding_model_is_refused(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    run_sync(cfg, corpus, "acme")
+    other = cfg.model_copy(deep=True)
+    other.embedding.model_id = "BAAI/bge-small-en-v1.5"
+    with pytest.raises(CollectionMismatchError, match="reindex"):
+        run_sync(other, corpus, "acme")
+
+
+def test_reindex_swaps_alias_and_keeps_counts(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus_a = make_corpus(tmp_path / "a")
+    corpus_b = make_corpus(tmp_path / "b")
+    (corpus_b / "long.txt").unlink()
+    a = run_sync(cfg, corpus_a, "ta")
+    b = run_sync(cfg, corpus_b, "tb")
+    client: MilvusClient = connect(cfg)
+    collections = Collections(client, cfg)
+    before = collections.resolve()
+
+    rebuilt = run_reindex(cfg)
+    assert rebuilt.previous == before and rebuilt.collection != before
+    assert collections.resolve() == rebuilt.collection
+    assert rebuilt.dropped == [before] and not client.has_collection(before)
+    assert len(rows_of(cfg, "ta")) == a.chunks_total and len(rows_of(cfg, "tb")) == b.chunks_total
+    assert rebuilt.index_version > b.index_version
+    assert run_sync(cfg, corpus_a, "ta").chunks_embedded == 0, "the new collection has a ledger of its own"
+
+    with pytest.raises(FileNotFoundError):
+        run_reindex(cfg, [TenantSource("ta", tmp_path / "nope")])
+    assert collections.resolve() == rebuilt.collection
+
+
+def test_cli_reports_bad_files_and_exits_nonzero(cfg: RagcConfig, tmp_path: Path) -> None:
+    corpus = make_corpus(tmp_path / "docs")
+    (corpus / "broken.pdf").write_bytes(b"%PDF-1.4 garbage")
+    (corpus / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (corpus / "empty.md").write_text("")
+    env = {
+        "RAGC_MILVUS__URI": cfg.milvus.uri or "",
+        "RAGC_MILVUS__COLLECTION": cfg.milvus.collection,
+        "RAGC_REDIS__URL": cfg.redis.url or "",
+        "RAGC_RAY__NUM_CPUS": "2",
+        "RAGC_STATE_DIR": str(tmp_path / "s"),
+    }
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "ingest", str(corpus), "--tenant", "acme", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {k: summary[k] for k in ("added", "changed", "unchanged", "deleted", "failed")} == {
+        "added": 4,
+        "changed": 0,
+        "unchanged": 0,
+        "deleted": 0,
+        "failed": 3,
+    }
+    assert summary["chunks_total"] == summary["chunks_upserted"] == summary["chunks_embedded"] > 0
+    reasons = {f["doc_id"]: f["reason"] for f in summary["failures"]}
+    assert reasons["broken.pdf"].startswith("corrupt PDF") and "UTF-8" in reasons["latin1.txt"]

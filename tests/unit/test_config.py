@@ -1,0 +1,51 @@
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from cluster.config import RagcConfig, env_overrides, load_config
+
+
+def test_defaults_are_valid_and_local() -> None:
+    cfg = RagcConfig()
+    assert cfg.milvus.uri is None
+    assert cfg.local.host == "127.0.0.1"
+    assert cfg.embedding.dim == 384
+
+
+def test_env_overrides_nest_and_keep_types() -> None:
+    tree = env_overrides(
+        {"RAGC_STATE_DIR": "/x", "RAGC_EMBEDDING__BATCH_SIZE": "64", "RAGC_REDIS__ENABLED": "false", "OTHER": "1"}
+    )
+    assert tree == {"state_dir": "/x", "embedding": {"batch_size": 64}, "redis": {"enabled": False}}
+
+
+def test_file_then_env(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("milvus:\n  uri: http://a:1\nembedding:\n  batch_size: 8\n")
+    cfg = load_config(path, environ={"RAGC_EMBEDDING__BATCH_SIZE": "16"})
+    assert cfg.milvus.uri == "http://a:1"
+    assert cfg.embedding.batch_size == 16
+
+
+def test_unknown_keys_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("milvus:\n  urii: http://a:1\n")
+    with pytest.raises(ValidationError, match="urii"):
+        load_config(path, environ={})
+
+
+def test_overlap_must_be_below_size() -> None:
+    with pytest.raises(ValidationError, match="chunk_overlap"):
+        RagcConfig.model_validate({"chunking": {"chunk_size": 64, "chunk_overlap": 64}})
+
+
+def test_secret_ref_reads_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.config import SecretRef
+
+    monkeypatch.setenv("MY_TOKEN", "s3cret")
+    assert SecretRef(env_var="MY_TOKEN").resolve() == "s3cret"
+    secret = tmp_path / "token"
+    secret.write_text("from-file\n")
+    assert SecretRef(file=secret).resolve() == "from-file"
+    assert SecretRef().resolve() is None

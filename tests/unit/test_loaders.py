@@ -1,0 +1,89 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest_jobs.loaders import ParseError, parse, scan
+
+LIMIT = 1024 * 1024
+
+
+def write(root: Path, name: str, data: bytes | str) -> Path:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+def test_scan_reports_bad_files_and_keeps_the_rest(tmp_path: Path) -> None:
+    write(tmp_path, "good.txt", "hello world")
+    write(tmp_path, "sub/guide.md", "# Guide\n\ntext")
+    write(tmp_path, "latin1.txt", "caf\xe9".encode("latin-1"))
+    write(tmp_path, "empty.md", "   \n")
+    write(tmp_path, "image.png", b"\x89PNG")
+    write(tmp_path, ".hidden/x.txt", "secret")
+    found = scan(tmp_path, LIMIT)
+    assert sorted(d.doc_id for d in found.documents) == ["good.txt", "sub/guide.md"]
+    reasons = {f.doc_id: f.reason for f in found.failures}
+    assert reasons["latin1.txt"].startswith("not valid UTF-8")
+    assert reasons["empty.md"] == "empty file"
+    assert found.skipped == ["image.png"]
+
+
+def test_too_large_file_is_a_failure(tmp_path: Path) -> None:
+    write(tmp_path, "big.txt", "x" * 100)
+    found = scan(tmp_path, 10)
+    assert found.failures[0].reason.startswith("file too large")
+
+
+def test_doc_ids_are_source_derived_and_hashes_stable(tmp_path: Path) -> None:
+    write(tmp_path, "a/b.txt", "same")
+    first = scan(tmp_path, LIMIT).documents[0]
+    second = scan(tmp_path, LIMIT).documents[0]
+    assert first.doc_id == "a/b.txt"
+    assert first.content_hash == second.content_hash
+    write(tmp_path, "a/b.txt", "changed")
+    assert scan(tmp_path, LIMIT).documents[0].content_hash != first.content_hash
+
+
+def test_beir_corpus_lines(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"_id": "d1", "title": "T", "text": "body", "metadata": {"year": 2019}}),
+        "{broken",
+        json.dumps({"title": "no id"}),
+        json.dumps({"_id": "d1", "text": "duplicate"}),
+        json.dumps({"_id": 7, "text": "numeric id"}),
+    ]
+    write(tmp_path, "corpus.part1.jsonl", "\n".join(lines))
+    write(tmp_path, "corpus.part2.jsonl", json.dumps({"_id": "d9", "text": "second part"}))
+    found = scan(tmp_path, LIMIT)
+    docs = {d.doc_id: d for d in found.documents}
+    assert sorted(docs) == ["7", "d1", "d9"]
+    assert docs["d1"].year == 2019
+    assert parse(docs["d1"]) == ("T", "T\n\nbody")
+    assert len(found.failures) == 3
+
+
+def test_parse_html_and_markdown(tmp_path: Path) -> None:
+    write(tmp_path, "p.html", "<html><head><title>Page</title><style>x{}</style></head><body><p>Hi</p></body></html>")
+    write(tmp_path, "m.md", "intro\n# Heading\nbody")
+    docs = {d.doc_id: d for d in scan(tmp_path, LIMIT).documents}
+    title, text = parse(docs["p.html"])
+    assert title == "Page"
+    assert text.endswith("Hi") and "x{}" not in text
+    assert parse(docs["m.md"])[0] == "Heading"
+
+
+def test_corrupt_pdf_is_a_parse_error(tmp_path: Path) -> None:
+    write(tmp_path, "bad.pdf", b"%PDF-1.4 this is not really a pdf")
+    doc = scan(tmp_path, LIMIT).documents[0]
+    with pytest.raises(ParseError):
+        parse(doc)
+
+
+def test_file_edited_after_scan_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.txt", "one")
+    doc = scan(tmp_path, LIMIT).documents[0]
+    path.write_text("two")
+    with pytest.raises(ParseError, match="changed"):
+        parse(doc)
