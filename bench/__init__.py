@@ -12,4 +12,8 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.ingest import bench_ingest
 
         return bench_ingest(cfg, args.dataset, args.limit)
+    if args.target == "query":
+        from bench.query import bench_query
+
+        return bench_query(cfg, args.dataset, args.limit, args.clients, args.duration)
     raise ValueError(f"unknown bench target {args.target!r}")

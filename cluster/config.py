@@ -59,6 +59,11 @@ class MilvusConfig(Section):
         description="Milvus analyzer params for the BM25 text field (lite supports standard/jieba)",
     )
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    keepalive_without_calls: bool = Field(
+        default=False,
+        description="gRPC pings on idle connections; milvus-lite's server answers them with GOAWAY "
+        "(too_many_pings), so only turn this on against a real Milvus that permits them",
+    )
     keep_old_collections: int = Field(
         default=0, ge=0, description="physical collections kept after a reindex swaps the alias"
     )

@@ -6,18 +6,17 @@ and checked by their start time."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from cluster.config import RagcConfig
+from cluster.http_wait import NotUpError, wait_for_http
 from cluster.local_state import read_state, write_state
 from cluster.sidecars import SidecarError, process_alive, spawn, start_milvus, start_redis, stop
 
 APP_PROCESS = "app"
 SIDECARS = ("milvus", "redis")
+APP_READY_TIMEOUT_S = 300.0  # model loads + serve.run on 2 cores take about a minute
 
 
 def http_url(cfg: RagcConfig) -> str:
@@ -58,20 +57,10 @@ def up_app(cfg: RagcConfig, config_file: Path | None, demo: bool) -> dict[str, A
 
 
 def wait_ready(cfg: RagcConfig, record: dict[str, Any]) -> None:
-    deadline = time.monotonic() + cfg.local.start_timeout_s + 180
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if not process_alive(record):
-            raise SidecarError(f"the app host exited during start-up; see {record['log']}")
-        try:
-            response = httpx.get(f"{http_url(cfg)}/readyz", timeout=2.0)
-            if response.status_code == 200:
-                return
-            last = response.text
-        except httpx.HTTPError as exc:
-            last = str(exc)
-        time.sleep(1.0)
-    raise SidecarError(f"the app did not become ready: {last}; see {record['log']}")
+    try:
+        wait_for_http(f"{http_url(cfg)}/readyz", APP_READY_TIMEOUT_S, alive=lambda: process_alive(record))
+    except NotUpError as exc:
+        raise SidecarError(f"the app did not become ready: {exc}; see {record['log']}") from exc
 
 
 def down(cfg: RagcConfig) -> list[str]:

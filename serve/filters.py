@@ -26,6 +26,9 @@ def _typed(field: str, spec: FilterField, value: Any) -> str | int:
         raise BadRequestError(f"filter {field!r}: value longer than {MAX_STR} characters")
     if any(ord(c) < 32 for c in value):
         raise BadRequestError(f"filter {field!r}: control characters are not allowed")
+    if any(c in value for c in "\"'\\"):
+        # values are escaped anyway; refusing quotes outright makes injection attempts visible as 400s
+        raise BadRequestError(f"filter {field!r}: quotes and backslashes are not allowed in values")
     return value
 
 

@@ -1,7 +1,5 @@
 """HTTP ingress (FastAPI): auth, validation, readiness gate, the end-to-end deadline, SSE streaming."""
 
-from __future__ import annotations
-
 import asyncio
 import json
 import logging

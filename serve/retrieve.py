@@ -181,6 +181,7 @@ class HybridRetriever:
                 logger.warning("retrieval arm failed", extra={"arm": arm, "error": str(exc)})
                 arms[arm] = f"failed: {exc}"
         if not results:
+            self._client = None  # reconnect on the next call: a dropped connection must not stick
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
         return self._fuse(results, arms, vector is not None)
 

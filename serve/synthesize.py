@@ -25,7 +25,8 @@ def terms(text: str) -> set[str]:
 
 def best_excerpt(query: str, text: str, max_chars: int) -> str:
     """The passage's sentences that share most words with the query, in their original order."""
-    sentences = [s.strip() for s in SENTENCE_END.split(" ".join(text.split())) if s.strip()]
+    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    sentences = [s.strip() for s in SENTENCE_END.split(" ".join(prose.split())) if s.strip()]
     if not sentences:
         return ""
     wanted = terms(query)

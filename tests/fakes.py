@@ -46,3 +46,51 @@ class DictStoredVectors:
 
     def lookup(self, ids: list[str]) -> dict[str, list[float]]:
         return {i: self.vectors[i] for i in ids if i in self.vectors}
+
+
+class FakeStages:
+    """Satisfies serve.pipeline.Stages; each stage can be slowed (`delay_s`) or made to fail (`fail`)."""
+
+    def __init__(
+        self,
+        passages: list,
+        delay_s: dict[str, float] | None = None,
+        fail: set[str] | None = None,
+        arms: dict[str, str] | None = None,
+    ) -> None:
+        self.passages = passages
+        self.delay_s = delay_s or {}
+        self.fail = fail or set()
+        self.arms = arms or {"dense": "ok", "bm25": "ok"}
+        self.calls: list[str] = []
+
+    async def _enter(self, stage: str) -> None:
+        import asyncio
+
+        self.calls.append(stage)
+        if self.delay_s.get(stage):
+            await asyncio.sleep(self.delay_s[stage])
+        if stage in self.fail:
+            raise RuntimeError(f"{stage} exploded")
+
+    async def rewrite(self, query, history, rewrite, hyde):  # type: ignore[no-untyped-def]
+        from serve.types import RewriteResult
+
+        await self._enter("rewrite")
+        return RewriteResult(query=query + " rewritten", status="ok")
+
+    async def retrieve(self, tenant, query, filter_expr, hyde_passage):  # type: ignore[no-untyped-def]
+        from serve.types import RetrievalResult
+
+        await self._enter("retrieve")
+        return RetrievalResult(list(self.passages), index_version=3, arms=dict(self.arms))
+
+    async def rerank(self, query, passages, top_n):  # type: ignore[no-untyped-def]
+        await self._enter("rerank")
+        return list(reversed(passages))[:top_n], "ok"
+
+    async def synthesize(self, query, passages):  # type: ignore[no-untyped-def]
+        from serve.types import Synthesis
+
+        await self._enter("synthesize")
+        return Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm")

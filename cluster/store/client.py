@@ -21,8 +21,13 @@ def milvus_uri(cfg: RagcConfig) -> str:
 
 def connect(cfg: RagcConfig) -> MilvusClient:
     token = cfg.milvus.token.resolve() or ""
+    grpc_options = {"grpc.keepalive_permit_without_calls": int(cfg.milvus.keepalive_without_calls)}
     return MilvusClient(
-        uri=milvus_uri(cfg), token=token, db_name=cfg.milvus.db_name, timeout=cfg.milvus.connect_timeout_s
+        uri=milvus_uri(cfg),
+        token=token,
+        db_name=cfg.milvus.db_name,
+        timeout=cfg.milvus.connect_timeout_s,
+        grpc_options=grpc_options,
     )
 
 

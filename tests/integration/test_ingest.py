@@ -209,3 +209,26 @@ def test_cli_reports_bad_files_and_exits_nonzero(cfg: RagcConfig, tmp_path: Path
     assert summary["chunks_total"] == summary["chunks_upserted"] == summary["chunks_embedded"] > 0
     reasons = {f["doc_id"]: f["reason"] for f in summary["failures"]}
     assert reasons["broken.pdf"].startswith("corrupt PDF") and "UTF-8" in reasons["latin1.txt"]
+
+
+def test_llama_index_attaches_to_our_collection(cfg: RagcConfig, tmp_path: Path) -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.vector_stores import ExactMatchFilter, MetadataFilters
+
+    from cluster.llamaindex_compat import RagcEmbedding, attach_vector_store
+    from cluster.models import SentenceTransformerEmbedder
+
+    corpus = make_corpus(tmp_path / "docs")
+    run_sync(cfg, corpus, "acme")
+    run_sync(cfg, corpus, "other")
+    index = VectorStoreIndex.from_vector_store(
+        attach_vector_store(cfg), embed_model=RagcEmbedding(SentenceTransformerEmbedder(cfg.embedding))
+    )
+    retriever = index.as_retriever(
+        similarity_top_k=3, filters=MetadataFilters(filters=[ExactMatchFilter(key="tenant_id", value="acme")])
+    )
+    nodes = retriever.retrieve("Which Milvus field is the partition key?")
+    assert nodes and all(n.node.metadata["tenant_id"] == "acme" for n in nodes)
+    ours = {r["id"]: r["text"] for r in rows_of(cfg, "acme")}
+    assert all(ours[n.node.node_id] == n.node.get_content() for n in nodes)
+    assert nodes[0].node.metadata["doc_id"] == "tenancy.md"

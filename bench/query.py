@@ -1,0 +1,210 @@
+"""`ragc bench query --dataset DIR`: this Serve app against the seed's llama-index reference pipeline.
+
+Both run over the same Milvus collection, question set and cross-encoder, one after the other, each
+loaded by the same closed-loop client pool for the same time. Printed: QPS and p50/p95 of ours / the
+reference, end-to-end p50 / sum of per-stage p50 (framework overhead), and the resident memory of the
+whole local cluster (sidecars, Ray, replicas, this process) idle and under load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import yaml
+
+from bench.ingest import write_subset
+from bench.memory import MB, PeakMemory, total_rss
+from cluster.config import RagcConfig
+from cluster.http_wait import wait_for_http
+from cluster.ray_runtime import ensure_ray
+from cluster.store.client import connect
+from cluster.store.collections import Collections
+from ingest_jobs.sync import run_sync
+
+BENCH_TENANT = "bench"
+READY_TIMEOUT_S = 300.0
+
+
+@dataclass
+class LoadResult:
+    name: str
+    seconds: float
+    latencies_s: list[float] = field(default_factory=list)
+    failures: int = 0
+    stage_ms: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def qps(self) -> float:
+        return len(self.latencies_s) / self.seconds
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies_s, q)) if self.latencies_s else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def load_questions(dataset: Path, limit: int) -> list[str]:
+    questions = []
+    with (dataset / "queries.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                questions.append(json.loads(line)["text"])
+            if limit and len(questions) >= limit:
+                break
+    return questions
+
+
+async def closed_loop(url: str, questions: list[str], clients: int, duration_s: float, name: str) -> LoadResult:
+    """`clients` workers, each sending its next question as soon as the previous answer arrived."""
+    result = LoadResult(name, duration_s)
+    stop_at = time.perf_counter() + duration_s
+    limits = httpx.Limits(max_connections=clients * 2)
+
+    async def worker(offset: int) -> None:
+        n = offset
+        async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                try:
+                    response = await client.post(url, json={"query": questions[n % len(questions)]})
+                except httpx.HTTPError:
+                    result.failures += 1
+                    continue
+                finally:
+                    n += clients
+                elapsed = time.perf_counter() - started
+                if response.status_code != 200:
+                    result.failures += 1
+                    continue
+                result.latencies_s.append(elapsed)
+                for stage, info in response.json().get("stages", {}).items():
+                    if info["status"] != "skipped":
+                        result.stage_ms.setdefault(stage, []).append(info["ms"])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(clients)))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+    wait_for_http(url, READY_TIMEOUT_S, alive=lambda: proc is None or proc.poll() is None)
+
+
+def bench_config(cfg: RagcConfig) -> RagcConfig:
+    cfg = cfg.model_copy(deep=True)
+    cfg.milvus.collection = "ragc_bench_query"
+    cfg.serve.auth.enabled = False
+    cfg.serve.auth.single_tenant = BENCH_TENANT
+    cfg.serve.http_host = "127.0.0.1"
+    cfg.serve.retrieve.similarity_floor = -1.0  # the reference has no floor: rerank the same candidate count
+    if cfg.serve.rerank.model is None:
+        cfg.serve.rerank.model = cfg.embedding.model  # same weights for both sides: a cost model, not quality
+    for stage in cfg.serve.deployments.values():  # fixed replica counts: autoscaling on 2 cores only competes
+        stage.min_replicas = stage.max_replicas = 1
+    return cfg
+
+
+def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, duration_s: float) -> int:
+    from ray import serve
+
+    from serve.app import build_app
+
+    cfg = bench_config(cfg)
+    questions = load_questions(dataset, 200)
+    with tempfile.TemporaryDirectory() as tmp:
+        ingest = run_sync(cfg, write_subset(dataset, limit, Path(tmp)), BENCH_TENANT)
+        config_file = Path(tmp) / "bench.yaml"
+        config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
+
+        port = free_port()
+        reference = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.reference_app",
+                "--config",
+                str(config_file),
+                "--tenant",
+                BENCH_TENANT,
+                "--port",
+                str(port),
+            ],
+        )
+        try:
+            wait_http(f"http://127.0.0.1:{port}/healthz", reference)
+            url = f"http://127.0.0.1:{port}/v1/query"
+            asyncio.run(closed_loop(url, questions, 2, 5, "warm-up"))
+            ref = asyncio.run(closed_loop(url, questions, clients, duration_s, "llama-index reference"))
+        finally:
+            reference.terminate()
+            reference.wait(30)
+
+    ensure_ray(cfg)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(cfg), name="bench", route_prefix="/", blocking=False)
+    wait_http(f"http://127.0.0.1:{port}/readyz")
+    url = f"http://127.0.0.1:{port}/v1/query"
+    asyncio.run(closed_loop(url, questions, 2, 5, "warm-up"))
+    time.sleep(2)
+    idle_mb = total_rss() / MB
+    with PeakMemory() as peak:
+        ours = asyncio.run(closed_loop(url, questions, clients, duration_s, "ragc Serve app"))
+    serve.delete("bench")
+
+    stage_p50 = {s: float(np.percentile(v, 50)) for s, v in ours.stage_ms.items()}
+    overhead = ours.pct(50) * 1000 / sum(stage_p50.values())
+    report = {
+        "bench": "query",
+        "clients": clients,
+        "duration_s": duration_s,
+        "chunks": ingest.chunks_total,
+        "ours": {
+            "qps": round(ours.qps, 2),
+            "p50_ms": round(ours.pct(50) * 1000, 1),
+            "p95_ms": round(ours.pct(95) * 1000, 1),
+            "failures": ours.failures,
+        },
+        "reference": {
+            "qps": round(ref.qps, 2),
+            "p50_ms": round(ref.pct(50) * 1000, 1),
+            "p95_ms": round(ref.pct(95) * 1000, 1),
+            "failures": ref.failures,
+        },
+        "ratio_qps": round(ours.qps / ref.qps, 3),
+        "ratio_p50": round(ours.pct(50) / ref.pct(50), 3),
+        "ratio_p95": round(ours.pct(95) / ref.pct(95), 3),
+        "stage_p50_ms": {k: round(v, 1) for k, v in stage_p50.items()},
+        "overhead_e2e_p50_over_stage_sum": round(overhead, 3),
+        "cluster_rss_idle_mb": round(idle_mb),
+        "cluster_rss_peak_under_load_mb": round(peak.peak_bytes / MB),
+    }
+    for r in (ref, ours):
+        print(
+            f"{r.name:>24}: {r.qps:6.2f} QPS  p50 {r.pct(50) * 1000:7.1f} ms  p95 {r.pct(95) * 1000:7.1f} ms  "
+            f"failures {r.failures}"
+        )
+    print(f"QPS ratio ours/reference {report['ratio_qps']} (target >= 2.0); p50 ratio {report['ratio_p50']}")
+    print(
+        f"overhead: e2e p50 / sum of stage p50 = {overhead:.3f} (target <= 1.15); stage p50s {report['stage_p50_ms']}"
+    )
+    print(f"local cluster RSS: idle {idle_mb:.0f} MB, peak under load {peak.peak_bytes / MB:.0f} MB")
+    print(json.dumps(report))
+    collections = Collections(connect(cfg), cfg)
+    for name in collections.generations():
+        collections.drop_physical(name)
+    return 0

@@ -1,0 +1,277 @@
+"""The Serve app over HTTP against a real milvus-lite server, Redis, Ray and the packaged models.
+
+Three applications share one Serve instance: `ragc` (the default config), `faulty` (fault hooks: the
+dense arm fails, synthesis is slower than its timeout, a real cross-encoder reranks) and `mismatch`
+(configured with another embedding model than the collection records)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster.cli import DEMO_CORPUS
+from cluster.config import RagcConfig
+from cluster.http_wait import wait_for_http
+from ingest_jobs.sync import run_sync
+from tests.integration.conftest import free_port, make_config
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
+ALPHA = {"Authorization": "Bearer key-alpha"}
+BETA = {"X-API-Key": "key-beta"}
+BETA_SECRET = "Project Nightingale quarterly revenue forecast: the zeppelin fleet earns forty million florins."
+
+
+def deploy(cfg: RagcConfig, name: str, prefix: str) -> None:
+    from ray import serve
+
+    from serve.app import build_app
+
+    serve.run(build_app(cfg), name=name, route_prefix=prefix, blocking=False)
+
+
+@pytest.fixture(scope="module")
+def service(
+    milvus_server: dict[str, Any],
+    redis_server: dict[str, Any],
+    ray_session: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    from ray import serve
+
+    root = tmp_path_factory.mktemp("service")
+    keys = root / "keys.json"
+    keys.write_text(json.dumps(KEYS))
+    serve_cfg = {"auth": {"api_keys": {"file": str(keys)}}, "request_timeout_s": 60}
+    cfg = make_config(milvus_server, redis_server, root / "state", serve=serve_cfg)
+    beta_docs = root / "beta"
+    beta_docs.mkdir()
+    (beta_docs / "beta-secret.txt").write_text(BETA_SECRET)
+    (beta_docs / "beta-notes.md").write_text("# Notes\n\nThe beta team keeps its own notes about caching.\n")
+    alpha = run_sync(cfg, DEMO_CORPUS, "alpha")
+    run_sync(cfg, beta_docs, "beta")
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    deploy(cfg, "ragc", "/")
+    faulty = cfg.model_copy(deep=True)
+    faulty.serve.faults.fail = ["dense"]
+    faulty.serve.faults.delay_s = {"synthesize": 5.0}
+    faulty.serve.synthesize.timeout_s = 0.5
+    faulty.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # untrained head: exercises the mechanics only
+    deploy(faulty, "faulty", "/faulty")
+    mismatch = cfg.model_copy(deep=True)
+    mismatch.embedding.model_id = "BAAI/bge-small-en-v1.5"
+    deploy(mismatch, "mismatch", "/mismatch")
+    base = f"http://127.0.0.1:{port}"
+    _wait_ready(base + "/readyz")
+    yield {"base": base, "cfg": cfg, "alpha_docs": alpha.chunks_total}
+    serve.shutdown()
+
+
+def _wait_ready(url: str) -> None:
+    wait_for_http(url, timeout_s=240)
+
+
+def ask(
+    service: dict[str, Any], body: dict[str, Any], headers: dict[str, str] | None = None, prefix: str = ""
+) -> httpx.Response:
+    return httpx.post(
+        f"{service['base']}{prefix}/v1/query", json=body, headers=ALPHA if headers is None else headers, timeout=60
+    )
+
+
+def alpha_doc_ids() -> set[str]:
+    return {p.relative_to(DEMO_CORPUS).as_posix() for p in DEMO_CORPUS.rglob("*") if p.is_file()}
+
+
+def test_cited_answer_from_ingested_documents(service: dict[str, Any]) -> None:
+    response = ask(service, {"query": "How are tenants kept apart?"})
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert not out["abstained"] and out["grounded"] and out["tenant"] == "alpha"
+    assert out["citations"], "an answer from the corpus cites it"
+    for citation in out["citations"]:
+        passage = out["passages"][citation["n"] - 1]
+        assert passage["chunk_id"] == citation["chunk_id"] and f"[{citation['n']}]" in out["answer"]
+        assert citation["doc_id"] in alpha_doc_ids()
+    assert "security/tenant-isolation.md" in {c["doc_id"] for c in out["citations"]}
+    assert {k: v["status"] for k, v in out["stages"].items()} == {
+        "rewrite": "skipped",
+        "retrieve": "ok",
+        "rerank": "skipped",
+        "synthesize": "ok",
+    }
+    assert out["index_version"] >= 2 and out["request_id"]
+
+
+def test_out_of_corpus_question_abstains(service: dict[str, Any]) -> None:
+    for question in ["What is the capital of France?", "Best recipe for a sourdough pizza crust"]:
+        out = ask(service, {"query": question}).json()
+        assert out["abstained"] is True, (question, out["passages"][:1])
+        assert out["answer"] == "I don't have documents covering that." and out["citations"] == []
+        assert out["stages"]["synthesize"]["status"] == "skipped"
+
+
+def test_tenant_b_never_sees_tenant_a_even_with_its_exact_text(service: dict[str, Any]) -> None:
+    alpha_text = (DEMO_CORPUS / "security" / "tenant-isolation.md").read_text().split("\n\n")[1]
+    out = ask(service, {"query": alpha_text, "top_k": 10}, headers=BETA).json()
+    assert out["tenant"] == "beta"
+    assert all(p["doc_id"].startswith("beta-") for p in out["passages"])
+    out = ask(service, {"query": BETA_SECRET, "top_k": 10}).json()
+    assert all(p["doc_id"] in alpha_doc_ids() for p in out["passages"])
+    assert "zeppelin" not in out["answer"]
+    mine = ask(service, {"query": BETA_SECRET}, headers=BETA).json()
+    assert mine["passages"][0]["doc_id"] == "beta-secret.txt"
+
+
+def test_filters_are_pushed_down_and_injection_is_refused(service: dict[str, Any]) -> None:
+    out = ask(
+        service, {"query": "What do I do when the service says it is not ready?", "filters": {"doc_type": "txt"}}
+    ).json()
+    assert out["passages"] and all(p["doc_id"].endswith(".txt") for p in out["passages"])
+    for filters in [
+        {"doc_type": '" or tenant_id != "'},
+        {"tenant_id": "beta"},
+        {"year": "1 or 1==1"},
+        {"doc_type": {"like": "%"}},
+    ]:
+        response = ask(service, {"query": "tenants", "filters": filters})
+        assert response.status_code == 400, (filters, response.text)
+        assert response.json()["error"]
+
+
+def test_bad_input_is_4xx_with_a_message(service: dict[str, Any]) -> None:
+    url = f"{service['base']}/v1/query"
+    cases = [
+        (httpx.post(url, json={"query": "   "}, headers=ALPHA), 400, "empty"),
+        (httpx.post(url, json={"query": "x" * 5000}, headers=ALPHA), 400, "too long"),
+        (httpx.post(url, json={"query": "q", "top_k": 0}, headers=ALPHA), 400, "top_k"),
+        (httpx.post(url, json={"query": "q", "top_k": 10_000}, headers=ALPHA), 400, "top_k"),
+        (
+            httpx.post(url, json={"query": "q", "history": [{"role": "user", "content": "x"}] * 50}, headers=ALPHA),
+            400,
+            "history",
+        ),
+        (
+            httpx.post(url, content=b'{"query": ', headers={**ALPHA, "content-type": "application/json"}),
+            400,
+            "malformed",
+        ),
+        (
+            httpx.post(url, content=b'{"query": "\xff"}', headers={**ALPHA, "content-type": "application/json"}),
+            400,
+            "UTF-8",
+        ),
+        (httpx.post(url, content=b"query=x", headers={**ALPHA, "content-type": "text/plain"}), 415, "content type"),
+        (httpx.post(url, json=["q"], headers=ALPHA), 400, "object"),
+        (httpx.post(url, json={"query": "q", "unknown": 1}, headers=ALPHA), 400, "unknown"),
+        (httpx.post(url, json={"query": "q"}), 401, "missing"),
+        (httpx.post(url, json={"query": "q"}, headers={"Authorization": "Bearer stolen"}), 401, "unknown"),
+    ]
+    for response, status, word in cases:
+        assert response.status_code == status, (status, response.text)
+        assert word.lower() in response.json()["error"].lower()
+
+
+def test_streaming_sends_stages_tokens_and_the_final_object(service: dict[str, Any]) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    with httpx.stream(
+        "POST",
+        f"{service['base']}/v1/query",
+        json={"query": "What happens when a document is edited?"},
+        headers={**ALPHA, "Accept": "text/event-stream"},
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                events.append((event, json.loads(line[6:])))
+    kinds = [e for e, _ in events]
+    assert kinds[-1] == "final" and "token" in kinds
+    assert {d["stage"] for e, d in events if e == "stage"} == {"rewrite", "retrieve", "rerank", "synthesize"}
+    final = events[-1][1]
+    assert "".join(d["text"] for e, d in events if e == "token").strip() == final["answer"].strip()
+    assert final["citations"]
+
+
+def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
+    import concurrent.futures
+
+    questions = [
+        "How are tenants kept apart?",
+        "What is the similarity floor?",
+        "How does reindex work?",
+        "What happens to deleted documents?",
+    ]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(lambda q: ask(service, {"query": q}, prefix="/faulty"), questions))
+    for response in responses:
+        assert response.status_code == 200, response.text
+        out = response.json()
+        stages = out["stages"]
+        assert stages["retrieve"]["status"] == "fallback" and "dense" in stages["retrieve"]["detail"]
+        assert stages["rerank"]["status"] == "ok", "a real cross-encoder reranked (batched across requests)"
+        assert stages["synthesize"]["status"] == "fallback" and "timed out" in stages["synthesize"]["detail"]
+        assert out["citations"] and "[1]" in out["answer"]
+
+
+def test_embedding_model_mismatch_keeps_the_service_unready(service: dict[str, Any]) -> None:
+    ready = httpx.get(f"{service['base']}/mismatch/readyz", timeout=30)
+    assert ready.status_code == 503 and "mismatch" in ready.json()["reason"]
+    response = ask(service, {"query": "tenants"}, prefix="/mismatch")
+    assert response.status_code == 503 and "mismatch" in response.json()["error"]
+    assert httpx.get(f"{service['base']}/readyz", timeout=30).status_code == 200
+
+
+def test_each_deployment_runs_with_its_own_settings(service: dict[str, Any]) -> None:
+    from ray.serve.context import _get_global_client
+
+    cfg: RagcConfig = service["cfg"]
+    details = _get_global_client().get_serve_details()
+    deployments = details["applications"]["ragc"]["deployments"]
+    assert set(deployments) == {"ingress", "rewrite", "retrieve", "rerank", "synthesize"}
+    for stage, info in deployments.items():
+        wanted = cfg.serve.deployment(stage)
+        applied = info["deployment_config"]
+        assert applied["autoscaling_config"]["min_replicas"] == wanted.min_replicas
+        assert applied["autoscaling_config"]["max_replicas"] == wanted.max_replicas
+        assert applied["autoscaling_config"]["target_ongoing_requests"] == wanted.target_ongoing_requests
+        assert applied["max_ongoing_requests"] == wanted.max_ongoing_requests
+        assert applied["max_queued_requests"] == wanted.max_queued_requests
+        assert info["status"] == "HEALTHY"
+
+
+def test_metrics_and_health(service: dict[str, Any]) -> None:
+    ask(service, {"query": "How are tenants kept apart?"})
+    assert httpx.get(f"{service['base']}/healthz", timeout=10).json() == {"status": "ok"}
+    text = httpx.get(f"{service['base']}/metrics", timeout=10).text
+    assert 'ragc_stage_seconds_count{stage="retrieve",status="ok"}' in text
+    assert "ragc_abstentions_total" in text
+    schema = httpx.get(f"{service['base']}/openapi.json", timeout=10).json()
+    assert "/v1/query" in schema["paths"] and "QueryRequest" in schema["components"]["schemas"]
+
+
+def test_new_ingest_is_visible_and_bumps_the_index_version(service: dict[str, Any], tmp_path: Path) -> None:
+    before = ask(service, {"query": BETA_SECRET}, headers=BETA).json()["index_version"]
+    docs = tmp_path / "beta"
+    docs.mkdir()
+    (docs / "beta-secret.txt").write_text(BETA_SECRET)
+    (docs / "beta-launch.txt").write_text("The airship launch window opens at dawn over the harbour of Lisbon.")
+    run_sync(service["cfg"], docs, "beta")
+    import time
+
+    time.sleep(service["cfg"].serve.retrieve.index_version_ttl_s + 0.5)
+    out = ask(service, {"query": "When does the airship launch window open?"}, headers=BETA).json()
+    assert out["passages"][0]["doc_id"] == "beta-launch.txt"
+    assert out["index_version"] > before

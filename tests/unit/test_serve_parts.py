@@ -1,0 +1,99 @@
+import pytest
+
+from cluster.config import AuthConfig, LimitsConfig, RagcConfig, SecretRef, SynthesizeConfig
+from serve.auth import Authenticator
+from serve.errors import BadRequestError, UnauthorizedError
+from serve.filters import compile_filters
+from serve.retrieve import rrf_fuse
+from serve.synthesize import best_excerpt, extractive_answer, validate_citations
+from serve.types import Passage
+
+ALLOWED = RagcConfig().serve.filters
+LIMITS = LimitsConfig()
+
+
+def test_filters_compile_to_escaped_typed_clauses() -> None:
+    expr = compile_filters(
+        {"doc_type": "md", "year": {"gte": 2019, "lte": 2021}, "source": {"in": ["a", "b"]}}, ALLOWED, LIMITS
+    )
+    assert expr == '(doc_type == "md") and (year >= 2019) and (year <= 2021) and (source in ["a", "b"])'
+    assert compile_filters({}, ALLOWED, LIMITS) == ""
+
+
+@pytest.mark.parametrize(
+    ("filters", "message"),
+    [
+        ({"doc_type": '" or 1==1 or "'}, "quotes"),
+        ({"doc_type": "md' or '1'=='1"}, "quotes"),
+        ({"tenant_id": "other"}, "unknown filter field"),
+        ({"year or 1==1": 1}, "unknown filter field"),
+        ({"year": "2020 or 1==1"}, "takes an integer"),
+        ({"year": True}, "takes an integer"),
+        ({"doc_type": 5}, "takes a string"),
+        ({"doc_type": {"gte": "a"}}, "not allowed"),
+        ({"doc_type": {"like": "a%"}}, "not allowed"),
+        ({"source": {"in": []}}, "non-empty list"),
+        ({"doc_type": "a\nb"}, "control characters"),
+    ],
+)
+def test_filters_refuse_injection_unknown_fields_and_wrong_types(filters: dict, message: str) -> None:
+    with pytest.raises(BadRequestError, match=message):
+        compile_filters(filters, ALLOWED, LIMITS)
+
+
+def test_auth_maps_keys_to_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_KEYS", '{"k-a": "alpha", "k-b": "beta"}')
+    auth = Authenticator(AuthConfig(api_keys=SecretRef(env_var="TEST_KEYS")), "0.0.0.0")
+    assert auth.tenant_for("Bearer k-a", None) == "alpha"
+    assert auth.tenant_for(None, "k-b") == "beta"
+    with pytest.raises(UnauthorizedError, match="missing"):
+        auth.tenant_for(None, None)
+    with pytest.raises(UnauthorizedError, match="unknown"):
+        auth.tenant_for("Bearer nope", None)
+
+
+def test_auth_off_is_single_tenant_and_loopback_only() -> None:
+    off = AuthConfig(enabled=False, single_tenant="demo")
+    assert Authenticator(off, "127.0.0.1").tenant_for(None, None) == "demo"
+    with pytest.raises(ValueError, match="non-loopback"):
+        Authenticator(off, "0.0.0.0")
+
+
+def test_rrf_fuse_rewards_agreement() -> None:
+    scores = rrf_fuse([["a", "b", "c"], ["b", "d"]], k=60)
+    assert max(scores, key=lambda k: scores[k]) == "b"
+    assert scores["a"] == pytest.approx(1 / 61)
+
+
+def test_extractive_answer_cites_the_passages_it_quotes() -> None:
+    passages = [
+        Passage("c1", "d1", "t", "# Title\n\nTenants are isolated by partition key. Unrelated sentence here."),
+        Passage("c2", "d2", "t", "Another passage about caching."),
+    ]
+    result = extractive_answer("how are tenants isolated", passages, SynthesizeConfig(extractive_passages=2))
+    assert result.cited == [1, 2] and result.grounded
+    assert result.answer.startswith("Tenants are isolated by partition key.")
+    assert "[1]" in result.answer and "# Title" not in result.answer
+    assert best_excerpt("x", "", 100) == ""
+
+
+def test_citations_to_nothing_are_removed_and_counted() -> None:
+    cleaned, cited, removed = validate_citations("A [1]. B [7]. C [2][0].", passages_sent=2)
+    assert cited == [1, 2] and removed == 2
+    assert "[7]" not in cleaned and "[0]" not in cleaned
+
+
+def test_serve_config_is_a_valid_serve_deploy_schema() -> None:
+    from ray.serve.config import AutoscalingConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    from serve.serve_config import serve_deploy_config
+
+    cfg = RagcConfig.model_validate({"serve": {"deployments": {"rerank": {"max_replicas": 7}}}})
+    rendered = serve_deploy_config(cfg)
+    ServeDeploySchema.model_validate(rendered)
+    deployments = {d["name"]: d for d in rendered["applications"][0]["deployments"]}
+    assert set(deployments) == {"ingress", "rewrite", "retrieve", "rerank", "synthesize"}
+    for options in deployments.values():
+        AutoscalingConfig(**options["autoscaling_config"])
+    assert deployments["rerank"]["autoscaling_config"]["max_replicas"] == 7
