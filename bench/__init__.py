@@ -16,4 +16,8 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.query import bench_query
 
         return bench_query(cfg, args.dataset, args.limit, args.clients, args.duration)
+    if args.target == "cache":
+        from bench.cache import bench_cache
+
+        return bench_cache(cfg, args.dataset, args.limit, args.questions)
     raise ValueError(f"unknown bench target {args.target!r}")

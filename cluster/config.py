@@ -251,6 +251,18 @@ class SynthesizeConfig(Section):
     extractive_chars: int = Field(default=400, gt=0, description="characters quoted per passage")
 
 
+class CacheConfig(Section):
+    enabled: bool = True
+    l1_max_entries: int = Field(default=2048, ge=0, description="per-replica in-memory responses")
+    l1_ttl_s: float = Field(default=300.0, gt=0)
+    ttl_s: int = Field(default=3600, gt=0, description="shared (Redis) exact and semantic entries")
+    semantic: bool = Field(default=True, description="reuse answers of near-duplicate questions (L3)")
+    semantic_threshold: float = Field(default=0.95, gt=0, le=1, description="cosine between the questions")
+    semantic_max_per_scope: int = Field(default=256, gt=0, description="remembered questions per tenant+scope")
+    history_turns_in_key: int = Field(default=4, ge=0, description="conversation tail that is part of the key")
+    lookup_timeout_s: float = Field(default=0.3, gt=0, description="a slower cache is bypassed")
+
+
 class StageFaults(Section):
     """Test-only fault hooks: a stage sleeps this long before working (seconds); all off by default."""
 
@@ -273,6 +285,7 @@ class ServeConfig(Section):
     retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
     faults: StageFaults = Field(default_factory=StageFaults)
 
     @field_validator("deployments")

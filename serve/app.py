@@ -70,6 +70,12 @@ class HandleStages:
     async def readiness(self) -> tuple[bool, str | None]:
         return await self._retrieve.readiness.remote()
 
+    async def embed(self, text: str) -> list[float]:
+        return await self._retrieve.embed.remote(text)
+
+    async def index_version(self) -> int:
+        return await self._retrieve.index_version.remote()
+
 
 def build_app(cfg: RagcConfig) -> serve.Application:
     config = cfg.model_dump(mode="json")

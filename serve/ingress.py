@@ -15,8 +15,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from cluster.config import RagcConfig
+from cluster.redis_conn import redis_url
 from serve import metrics
 from serve.auth import Authenticator
+from serve.cache import open_response_cache
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
 from serve.filters import compile_filters
 from serve.pipeline import QueryPipeline, Stages
@@ -68,11 +70,13 @@ def _validation_message(exc: ValidationError) -> str:
 class Ingress:
     """Plain class: Serve wraps it with `serve.ingress(api)` in the builder; `stages` are injected."""
 
-    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any) -> None:
+    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any, cache_enabled: bool = True) -> None:
         self._cfg = RagcConfig.model_validate(config)
         self._scfg = self._cfg.serve
         self._auth = Authenticator(self._scfg.auth, self._scfg.http_host)
-        self._pipeline = QueryPipeline(self._scfg, stages)
+        password = self._cfg.redis.password.resolve()
+        cache = open_response_cache(self._cfg, redis_url(self._cfg), password) if cache_enabled else None
+        self._pipeline = QueryPipeline(self._scfg, stages, cache)
         self._readiness = readiness
         self._ready: tuple[float, bool, str | None] = (0.0, False, "not checked yet")
 

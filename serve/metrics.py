@@ -24,3 +24,6 @@ def observe_stage(stage: str, status: str, seconds: float) -> None:
     STAGE_SECONDS.labels(stage=stage, status=status).observe(seconds)
     if status in ("fallback", "error"):
         FALLBACKS.labels(stage=stage, status=status).inc()
+
+
+CACHE = Counter("ragc_cache_lookups_total", "Response cache lookups by outcome", ["status"], registry=REGISTRY)

@@ -4,6 +4,7 @@ abstention, and a per-stage report. Plain asyncio: stages are injected (handles 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -11,6 +12,7 @@ from typing import Any, Protocol, TypeVar
 
 from cluster.config import ServeConfig
 from serve import metrics
+from serve.cache import CacheScope, ResponseCache
 from serve.errors import UnavailableError
 from serve.synthesize import extractive_answer
 from serve.types import (
@@ -41,6 +43,10 @@ class Stages(Protocol):
 
     async def synthesize(self, query: str, passages: list[Passage]) -> Synthesis: ...
 
+    async def embed(self, text: str) -> list[float]: ...
+
+    async def index_version(self) -> int: ...
+
 
 class StageFailure(Exception):
     """A stage timed out or raised; `reason` says which, for the response and the logs."""
@@ -62,13 +68,66 @@ async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: fl
         raise StageFailure(f"{type(exc).__name__}: {exc}") from exc
 
 
+def cacheable(response: dict[str, Any]) -> bool:
+    """Only full answers are cached: a fallback caused by a passing fault must not outlive it."""
+    return all(s["status"] not in ("fallback", "error") for s in response["stages"].values())
+
+
 class QueryPipeline:
-    def __init__(self, cfg: ServeConfig, stages: Stages) -> None:
+    def __init__(self, cfg: ServeConfig, stages: Stages, cache: ResponseCache | None = None) -> None:
         self._cfg = cfg
         self._stages = stages
+        self._cache = cache
+
+    def scope(self, request: QueryRequest, tenant: str, filter_expr: str, index_version: int) -> CacheScope:
+        turns = self._cfg.cache.history_turns_in_key
+        tail = [t.model_dump() for t in request.history[-turns:]] if turns else []
+        switches = [request.top_k or self._cfg.default_top_k, request.rewrite, request.hyde, request.rerank]
+        return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version)
 
     async def run(
         self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
+    ) -> dict[str, Any]:
+        if self._cache is None:
+            return await self._run(request, tenant, filter_expr, request_id, emit)
+        started = time.perf_counter()
+        scope, vector = None, None
+        cached: dict[str, Any] | None = None
+        try:
+            version = await call_stage("cache", self._stages.index_version, self._cfg.cache.lookup_timeout_s)
+            scope = self.scope(request, tenant, filter_expr, version)
+            cached, status, vector = await self._cache.lookup(
+                scope, request.query, lambda: self._stages.embed(request.query)
+            )
+        except StageFailure as failure:
+            status = "bypass"
+            logger.warning("cache scope unavailable", extra={"error": failure.reason})
+        metrics.CACHE.labels(status=status).inc()
+        cache_report = StageReport(status, (time.perf_counter() - started) * 1000)
+        if emit:
+            await emit("stage", {"stage": "cache", **cache_report.public()})
+        if cached is not None:
+            return await self._replay(cached, cache_report, request_id, emit)
+        response = await self._run(request, tenant, filter_expr, request_id, emit)
+        response["stages"] = {"cache": cache_report.public(), **response["stages"]}
+        if scope is not None and cacheable(response):
+            self._cache.store(scope, request.query, vector, response)
+        return response
+
+    @staticmethod
+    async def _replay(
+        cached: dict[str, Any], report: StageReport, request_id: str, emit: Emit | None
+    ) -> dict[str, Any]:
+        """A cached answer, marked as such; a streaming request still gets its tokens."""
+        stages = {name: {"status": "cached", "ms": 0.0} for name in cached["stages"] if name != "cache"}
+        response = {**cached, "stages": {"cache": report.public(), **stages}, "request_id": request_id}
+        if emit:
+            for piece in response["answer"].split(" "):
+                await emit("token", {"text": piece + " "})
+        return response
+
+    async def _run(
+        self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None
     ) -> dict[str, Any]:
         reports: dict[str, StageReport] = {}
 

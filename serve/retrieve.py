@@ -110,6 +110,12 @@ class HybridRetriever:
             self._version = (time.monotonic(), version)
         return version
 
+    def embed_query(self, text: str) -> list[float]:
+        if self._embedder is None:
+            self.warm_up()
+        assert self._embedder is not None
+        return query_vector(self._embedder, text, None)
+
     def _search_dense(self, vector: list[float], expr: str) -> list[dict[str, Any]]:
         if "dense" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: dense arm fails")
@@ -224,6 +230,12 @@ class RetrieveStage:
         if self._delay_s:
             await asyncio.sleep(self._delay_s)
         return await asyncio.to_thread(self._retriever.retrieve, tenant, query, filter_expr, hyde_passage)
+
+    async def embed(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self._retriever.embed_query, text)
+
+    async def index_version(self) -> int:
+        return await asyncio.to_thread(self._retriever.index_version)
 
     async def readiness(self) -> tuple[bool, str | None]:
         ready = await asyncio.to_thread(self._retriever.check_ready)

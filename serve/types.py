@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-StageStatusName = Literal["ok", "fallback", "skipped", "cached", "error"]
+StageStatusName = Literal[
+    "ok", "fallback", "skipped", "cached", "error", "hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"
+]
 
 
 @dataclass

@@ -63,6 +63,7 @@ class FakeStages:
         self.fail = fail or set()
         self.arms = arms or {"dense": "ok", "bm25": "ok"}
         self.calls: list[str] = []
+        self.version = 3
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -94,3 +95,11 @@ class FakeStages:
 
         await self._enter("synthesize")
         return Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm")
+
+    async def embed(self, text):  # type: ignore[no-untyped-def]
+        await self._enter("embed")
+        return HashEmbedder(dim=16).embed([text])[0]
+
+    async def index_version(self):  # type: ignore[no-untyped-def]
+        await self._enter("index_version")
+        return self.version

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
 ALPHA = {"Authorization": "Bearer key-alpha"}
 BETA = {"X-API-Key": "key-beta"}
+CACHE_TTL_S = 20
 BETA_SECRET = "Project Nightingale quarterly revenue forecast: the zeppelin fleet earns forty million florins."
 
 
@@ -48,7 +49,12 @@ def service(
     root = tmp_path_factory.mktemp("service")
     keys = root / "keys.json"
     keys.write_text(json.dumps(KEYS))
-    serve_cfg = {"auth": {"api_keys": {"file": str(keys)}}, "request_timeout_s": 60}
+    # L1 off in this app so that repeats exercise the shared Redis levels (L1 is unit-tested)
+    serve_cfg = {
+        "auth": {"api_keys": {"file": str(keys)}},
+        "request_timeout_s": 60,
+        "cache": {"l1_max_entries": 0, "ttl_s": CACHE_TTL_S},
+    }
     cfg = make_config(milvus_server, redis_server, root / "state", serve=serve_cfg)
     beta_docs = root / "beta"
     beta_docs.mkdir()
@@ -65,6 +71,7 @@ def service(
     faulty.serve.faults.delay_s = {"synthesize": 5.0}
     faulty.serve.synthesize.timeout_s = 0.5
     faulty.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # untrained head: exercises the mechanics only
+    faulty.serve.cache.enabled = False
     deploy(faulty, "faulty", "/faulty")
     mismatch = cfg.model_copy(deep=True)
     mismatch.embedding.model_id = "BAAI/bge-small-en-v1.5"
@@ -103,6 +110,7 @@ def test_cited_answer_from_ingested_documents(service: dict[str, Any]) -> None:
         assert citation["doc_id"] in alpha_doc_ids()
     assert "security/tenant-isolation.md" in {c["doc_id"] for c in out["citations"]}
     assert {k: v["status"] for k, v in out["stages"].items()} == {
+        "cache": "miss",
         "rewrite": "skipped",
         "retrieve": "ok",
         "rerank": "skipped",
@@ -199,7 +207,7 @@ def test_streaming_sends_stages_tokens_and_the_final_object(service: dict[str, A
                 events.append((event, json.loads(line[6:])))
     kinds = [e for e, _ in events]
     assert kinds[-1] == "final" and "token" in kinds
-    assert {d["stage"] for e, d in events if e == "stage"} == {"rewrite", "retrieve", "rerank", "synthesize"}
+    assert {d["stage"] for e, d in events if e == "stage"} == {"cache", "rewrite", "retrieve", "rerank", "synthesize"}
     final = events[-1][1]
     assert "".join(d["text"] for e, d in events if e == "token").strip() == final["answer"].strip()
     assert final["citations"]
@@ -275,3 +283,81 @@ def test_new_ingest_is_visible_and_bumps_the_index_version(service: dict[str, An
     out = ask(service, {"query": "When does the airship launch window open?"}, headers=BETA).json()
     assert out["passages"][0]["doc_id"] == "beta-launch.txt"
     assert out["index_version"] > before
+
+
+def cache_status(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return str(response.json()["stages"]["cache"]["status"])
+
+
+def test_repeats_and_paraphrases_hit_the_shared_cache(service: dict[str, Any]) -> None:
+    question = "What does the rerank stage do with cross-encoder scores?"
+    first = ask(service, {"query": question})
+    second = ask(service, {"query": question})
+    assert cache_status(first) == "miss" and cache_status(second) == "hit_l2"
+    assert second.json()["answer"] == first.json()["answer"]
+    assert second.json()["stages"]["retrieve"]["status"] == "cached"
+    paraphrase = ask(service, {"query": "what does the rerank stage do with cross encoder scores"})
+    assert cache_status(paraphrase) == "hit_semantic" and paraphrase.json()["answer"] == first.json()["answer"]
+    assert cache_status(ask(service, {"query": question}, headers=BETA)) == "miss", "another tenant"
+    assert cache_status(ask(service, {"query": question, "filters": {"doc_type": "md"}})) == "miss", "another filter"
+    assert cache_status(ask(service, {"query": question, "top_k": 2})) == "miss", "other pipeline settings"
+
+
+def test_cached_answers_stream_too(service: dict[str, Any]) -> None:
+    question = "How does the ingestion job embed chunks?"
+    ask(service, {"query": question})
+    with httpx.stream(
+        "POST", f"{service['base']}/v1/query", json={"query": question, "stream": True}, headers=ALPHA, timeout=60
+    ) as response:
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    final = json.loads(lines[-1][6:])
+    assert final["stages"]["cache"]["status"] == "hit_l2"
+    assert sum('"text"' in line for line in lines) >= 3, "tokens are streamed from the cached answer"
+
+
+def test_cache_entries_expire(service: dict[str, Any]) -> None:
+    import time
+
+    question = "Which formats can the ingestion job read?"
+    ask(service, {"query": question})
+    assert cache_status(ask(service, {"query": question})) == "hit_l2"
+    time.sleep(CACHE_TTL_S + 1)
+    assert cache_status(ask(service, {"query": question})) == "miss"
+
+
+def test_changed_index_misses_the_cache(service: dict[str, Any], tmp_path: Path) -> None:
+    import time
+
+    question = "What is kept in the beta notes?"
+    ask(service, {"query": question}, headers=BETA)
+    assert cache_status(ask(service, {"query": question}, headers=BETA)) == "hit_l2"
+    docs = tmp_path / "beta"
+    docs.mkdir()
+    (docs / "beta-secret.txt").write_text(BETA_SECRET)
+    (docs / "beta-notes.md").write_text("# Notes\n\nThe beta team keeps its notes about caching and about rockets.\n")
+    assert run_sync(service["cfg"], docs, "beta", prune=True).changed_anything
+    time.sleep(service["cfg"].serve.retrieve.index_version_ttl_s + 0.5)
+    assert cache_status(ask(service, {"query": question}, headers=BETA)) == "miss"
+
+
+def test_redis_outage_is_a_bypass_and_hits_resume(service: dict[str, Any], redis_server: dict[str, Any]) -> None:
+    """Runs last in this module: it stops the shared Redis and starts it again on the same port."""
+    import time
+
+    from cluster.sidecars import start_redis, stop
+
+    stop(redis_server)
+    down = ask(service, {"query": "How are API keys mapped to tenants?"})
+    assert cache_status(down) == "bypass" and down.json()["citations"]
+    restarted = start_redis("127.0.0.1", redis_server["port"], Path(redis_server["log"]).parent, timeout_s=30)
+    assert restarted is not None
+    redis_server.update(restarted)
+    question = "What does ragc up start on one machine?"
+    statuses = []
+    for _ in range(10):
+        statuses.append(cache_status(ask(service, {"query": question})))
+        if statuses[-1] == "hit_l2":
+            break
+        time.sleep(0.5)
+    assert statuses[-1] == "hit_l2", statuses

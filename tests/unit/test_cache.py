@@ -1,0 +1,74 @@
+import asyncio
+import time
+
+from cluster.config import RagcConfig
+from serve.cache import CacheScope, ResponseCache, TTLCache, normalise
+from serve.pipeline import QueryPipeline
+from serve.types import Passage, QueryRequest
+from tests.fakes import FakeStages
+
+
+def passages() -> list[Passage]:
+    return [Passage("c0", "d0", "t1", "Tenants are isolated by partition key.", score=0.5)]
+
+
+def pipeline(stages: FakeStages) -> QueryPipeline:
+    cfg = RagcConfig.model_validate({"serve": {"synthesize": {"timeout_s": 0.2}}}).serve
+    return QueryPipeline(
+        cfg, stages, ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2)
+    )
+
+
+def ask(p: QueryPipeline, query: str, tenant: str = "t1", expr: str = "", **kw: object) -> dict:
+    return asyncio.run(p.run(QueryRequest(query=query, **kw), tenant, expr, "r"))
+
+
+def test_ttl_cache_expires_and_bounds() -> None:
+    cache = TTLCache(2, ttl_s=0.05)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("c", 3)
+    assert cache.get("a") is None and cache.get("c") == 3 and len(cache) == 2
+    time.sleep(0.06)
+    assert cache.get("c") is None
+
+
+def test_key_carries_tenant_filters_history_switches_and_version() -> None:
+    base = CacheScope("t1", "", "[]", "[5]", 1)
+    assert base.exact_key("How  are Tenants kept apart?") == base.exact_key("how are tenants kept apart?")
+    assert normalise("  A  b ") == "a b"
+    others = [
+        CacheScope("t2", "", "[]", "[5]", 1),
+        CacheScope("t1", "x", "[]", "[5]", 1),
+        CacheScope("t1", "", "[1]", "[5]", 1),
+        CacheScope("t1", "", "[]", "[6]", 1),
+        CacheScope("t1", "", "[]", "[5]", 2),
+    ]
+    assert len({base.exact_key("q"), *(o.exact_key("q") for o in others)}) == 6
+
+
+def test_second_ask_is_a_hit_with_the_same_answer_and_scopes_miss() -> None:
+    stages = FakeStages(passages())
+    p = pipeline(stages)
+    first = ask(p, "How are tenants kept apart?")
+    second = ask(p, "how are tenants  kept apart?")
+    assert first["stages"]["cache"]["status"] == "miss" and second["stages"]["cache"]["status"] == "hit_l1"
+    assert second["answer"] == first["answer"] and second["stages"]["synthesize"]["status"] == "cached"
+    assert stages.calls.count("synthesize") == 1
+    assert ask(p, "How are tenants kept apart?", tenant="t2")["stages"]["cache"]["status"] == "miss"
+    assert ask(p, "How are tenants kept apart?", expr='doc_type == "md"')["stages"]["cache"]["status"] == "miss"
+    stages.version += 1
+    assert ask(p, "How are tenants kept apart?")["stages"]["cache"]["status"] == "miss"
+
+
+def test_fallback_answers_are_not_cached() -> None:
+    stages = FakeStages(passages(), delay_s={"synthesize": 1.0})
+    p = pipeline(stages)
+    assert ask(p, "q")["stages"]["synthesize"]["status"] == "fallback"
+    assert ask(p, "q")["stages"]["cache"]["status"] == "miss"
+
+
+def test_cache_scope_failure_is_a_bypass() -> None:
+    stages = FakeStages(passages(), fail={"index_version"})
+    out = ask(pipeline(stages), "q")
+    assert out["stages"]["cache"]["status"] == "bypass" and out["citations"]
