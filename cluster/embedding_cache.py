@@ -9,7 +9,9 @@ import numpy as np
 
 from cluster.config import RagcConfig
 from cluster.hashing import sha
+from cluster.models import Embedder
 from cluster.redis_conn import redis_url
+from cluster.ttl_cache import TTLCache
 
 logger = logging.getLogger(__name__)
 KEY_PREFIX = "ragc:emb:"
@@ -74,3 +76,31 @@ def open_embedding_cache(cfg: RagcConfig) -> EmbeddingCache:
     return RedisEmbeddingCache(
         url, cfg.redis.embedding_cache_ttl_s, cfg.redis.socket_timeout_s, cfg.redis.password.resolve()
     )
+
+
+class CachedEmbedder:
+    """An `Embedder` that looks in memory (L1), then the shared cache, and embeds only the rest."""
+
+    def __init__(self, inner: Embedder, shared: EmbeddingCache, memory: TTLCache | None) -> None:
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self._inner = inner
+        self._shared = shared
+        self._memory = memory
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        found: list[list[float] | None] = [self._memory.get(t) if self._memory else None for t in texts]
+        pending = [n for n, v in enumerate(found) if v is None]
+        for n, vector in zip(pending, self._shared.get_many(self.model_id, [texts[n] for n in pending]), strict=True):
+            found[n] = vector
+        missing = [n for n, v in enumerate(found) if v is None]
+        if missing:
+            fresh = self._inner.embed([texts[n] for n in missing])
+            self._shared.put_many(self.model_id, [texts[n] for n in missing], fresh)
+            for n, vector in zip(missing, fresh, strict=True):
+                found[n] = vector
+        out = [v for v in found if v is not None]
+        if self._memory is not None:
+            for text, vector in zip(texts, out, strict=True):
+                self._memory.put(text, vector)
+        return out

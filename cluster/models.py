@@ -65,8 +65,8 @@ class SentenceTransformerEmbedder:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
+        # Ray sets OMP_NUM_THREADS=1 in workers that reserve <= 1 CPU; 0 means "use the machine's cores"
+        torch.set_num_threads(cfg.num_threads or os.cpu_count() or 1)
         self.model_id = cfg.model_id
         self.dim = cfg.dim
         self._batch_size = cfg.batch_size

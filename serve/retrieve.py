@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from cluster.config import RagcConfig
+from cluster.embedding_cache import CachedEmbedder, NoEmbeddingCache, open_embedding_cache
 from cluster.models import Embedder, SentenceTransformerEmbedder
 from cluster.store.client import connect
 from cluster.store.collections import CollectionMismatchError, Collections
 from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
+from cluster.ttl_cache import TTLCache
 from serve.types import Passage, RetrievalResult
 
 logger = logging.getLogger(__name__)
@@ -78,7 +80,10 @@ class HybridRetriever:
 
     def warm_up(self) -> None:
         if self._embedder is None:
-            self._embedder = SentenceTransformerEmbedder(self._cfg.embedding)
+            ccfg = self._cfg.serve.cache
+            memory = TTLCache(ccfg.l1_max_entries, ccfg.l1_ttl_s) if ccfg.enabled and ccfg.l1_max_entries else None
+            shared = open_embedding_cache(self._cfg) if ccfg.enabled else NoEmbeddingCache()
+            self._embedder = CachedEmbedder(SentenceTransformerEmbedder(self._cfg.embedding), shared, memory)
         self.check_ready()
 
     def check_ready(self) -> bool:

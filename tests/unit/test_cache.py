@@ -2,7 +2,8 @@ import asyncio
 import time
 
 from cluster.config import RagcConfig
-from serve.cache import CacheScope, ResponseCache, TTLCache, normalise
+from cluster.ttl_cache import TTLCache
+from serve.cache import CacheScope, ResponseCache, normalise
 from serve.pipeline import QueryPipeline
 from serve.types import Passage, QueryRequest
 from tests.fakes import FakeStages
@@ -72,3 +73,17 @@ def test_cache_scope_failure_is_a_bypass() -> None:
     stages = FakeStages(passages(), fail={"index_version"})
     out = ask(pipeline(stages), "q")
     assert out["stages"]["cache"]["status"] == "bypass" and out["citations"]
+
+
+def test_cached_embedder_embeds_each_text_once() -> None:
+    from cluster.embedding_cache import CachedEmbedder
+    from tests.fakes import DictEmbeddingCache, HashEmbedder
+
+    inner = HashEmbedder(dim=8)
+    shared = DictEmbeddingCache()
+    first = CachedEmbedder(inner, shared, TTLCache(8, 60))
+    assert first.embed(["a b", "c"]) == inner.embed(["a b", "c"])
+    inner.calls.clear()
+    assert first.embed(["a b"]) and inner.calls == [], "memory hit"
+    other_replica = CachedEmbedder(inner, shared, TTLCache(8, 60))
+    assert other_replica.embed(["c", "new"]) and inner.calls == [["new"]], "shared hit for c, model for new"

@@ -1,0 +1,166 @@
+"""The Helm chart, validated offline: strict lint, rendering with default/dev/GPU values, built-in kinds
+against Kubernetes schemas, KubeRay resources against the CRD schemas in ../shared/kuberay-crds/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "ragc"
+CRDS = ROOT.parent / "shared" / "kuberay-crds"
+KUBE_VERSION = "1.30.0"
+BASE = {"externalMilvus": {"uri": "http://milvus.example:19530"}, "existingSecret": "ragc-secrets"}
+RAY_KINDS = {"RayService": "rayservices", "RayJob": "rayjobs", "RayCronJob": "raycronjobs"}
+STAGES = {"ingress", "rewrite", "retrieve", "rerank", "synthesize"}
+
+
+def values_file(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CHART / name).read_text())
+
+
+VALUE_SETS = {
+    "default": BASE,
+    "dev": values_file("values-dev.yaml"),
+    "gpu": values_file("values-gpu.yaml"),
+    "jobs": {
+        **BASE,
+        "reindexJob": {"enabled": True, "sources": [{"tenant": "acme", "source": "/data/acme"}]},
+        "sync": {"enabled": True, "tenants": [{"tenant": "acme", "source": "s3://bucket/acme"}]},
+        "ingress": {"enabled": True, "host": "rag.example.com"},
+        "serviceMonitor": {"enabled": True},
+    },
+}
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    manifests = helm.Chart.load(str(CHART)).render(values, name="rel", namespace="rag")
+    docs = []
+    for path, text in manifests.items():
+        if path.endswith(".txt"):
+            continue
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def crd_schema(kind: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / f"ray.io_{RAY_KINDS[kind]}.yaml").read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_strict_lint_is_clean(name: str) -> None:
+    report = helm.lint(str(CHART), VALUE_SETS[name], strict=True, kube_version=f"v{KUBE_VERSION}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"] and not problems, problems or report["errors"]
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_objects_validate(name: str) -> None:
+    import jsonschema
+    import kubernetes_validate
+
+    docs = render(VALUE_SETS[name])
+    kinds = [d["kind"] for d in docs]
+    assert "RayService" in kinds and "ConfigMap" in kinds and "Service" in kinds
+    for doc in docs:
+        if doc["kind"] in RAY_KINDS:
+            jsonschema.validate(doc, crd_schema(doc["kind"]))
+        elif doc["kind"] != "ServiceMonitor":  # a Prometheus-operator CRD, not a built-in kind
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        for container in _containers(doc):
+            assert container.get("resources", {}).get("requests"), f"{doc['kind']} {container['name']} has no requests"
+            assert not container["image"].endswith(":latest")
+
+
+def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "containers" in node and isinstance(node["containers"], list):
+                found.extend(node["containers"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    return found
+
+
+def serve_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    service = next(d for d in docs if d["kind"] == "RayService")
+    return yaml.safe_load(service["spec"]["serveConfigV2"])
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_serve_config_parses_and_every_stage_autoscales_on_its_own(name: str) -> None:
+    from ray.serve.config import AutoscalingConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    config = serve_config(render(VALUE_SETS[name]))
+    ServeDeploySchema.model_validate(config)
+    deployments = {d["name"]: d for d in config["applications"][0]["deployments"]}
+    assert set(deployments) == STAGES
+    for options in deployments.values():
+        AutoscalingConfig(**options["autoscaling_config"])
+
+
+def test_chart_serve_block_is_generated_from_the_config_tree() -> None:
+    from cluster.config import RagcConfig
+    from serve.serve_config import helm_deployments, helm_values_block
+
+    text = (CHART / "values.yaml").read_text()
+    assert helm_values_block(RagcConfig()) in text, "run `ragc serve-config --helm-values helm/ragc/values.yaml`"
+    rendered = {d["name"]: d for d in serve_config(render(BASE))["applications"][0]["deployments"]}
+    for stage, options in helm_deployments(RagcConfig()).items():
+        assert {k: v for k, v in rendered[stage].items() if k != "name"} == options
+
+
+def test_gpu_values_put_model_stages_on_gpu_workers() -> None:
+    docs = render(VALUE_SETS["gpu"])
+    deployments = {d["name"]: d for d in serve_config(docs)["applications"][0]["deployments"]}
+    for stage in ("retrieve", "rerank", "synthesize"):
+        assert deployments[stage]["ray_actor_options"]["num_gpus"] > 0
+    assert deployments["ingress"]["ray_actor_options"]["num_gpus"] == 0
+    service = next(d for d in docs if d["kind"] == "RayService")
+    groups = {g["groupName"]: g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    container = groups["gpu"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert groups["gpu"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["ingest"]["gpus_per_actor"] == 1, "ingest embedding actors ask for GPUs too"
+    assert config["embedding"]["model_id"] == "BAAI/bge-small-en-v1.5"
+
+
+def test_secrets_are_only_referenced() -> None:
+    docs = render(VALUE_SETS["gpu"])
+    assert "Secret" not in {d["kind"] for d in docs}
+    text = yaml.safe_dump_all(docs)
+    assert "secretKeyRef" in text and "ragc-secrets" in text
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["milvus"]["token"] == {"env_var": "MILVUS_TOKEN"}
+    assert config["serve"]["auth"]["api_keys"] == {"file": "/etc/ragc/secrets/api-keys.json"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"existingSecret": "s"}, "externalMilvus"),
+        ({**BASE, "workers": {"cpu": {"replicas": -1}}}, "replicas"),
+        ({**BASE, "image": {"tag": "latest"}}, "tag"),
+        ({**BASE, "serve": {"deployments": {"rerank": {"autoscaling_config": {"min_replicas": -2}}}}}, "min_replicas"),
+        ({**BASE, "sync": {"enabled": True, "tenants": [{"tenant": "a", "source": "/x; rm -rf /"}]}}, "source"),
+    ],
+)
+def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        render(values)
