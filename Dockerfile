@@ -14,7 +14,6 @@ COPY pyproject.toml README.md ./
 COPY cluster ./cluster
 COPY serve ./serve
 COPY ingest_jobs ./ingest_jobs
-COPY loadtests ./loadtests
 COPY bench ./bench
 RUN if [ "$FLAVOUR" = "gpu" ]; then \
       pip install --no-cache-dir ".[gpu]"; \

@@ -14,11 +14,8 @@ import httpx
 import numpy as np
 
 from bench.ingest import write_subset
-from bench.query import BENCH_TENANT, bench_config, free_port, load_questions, wait_http
+from bench.query import BENCH_TENANT, bench_config, load_questions, start_app
 from cluster.config import RagcConfig
-from cluster.ray_runtime import ensure_ray
-from cluster.store.client import connect
-from cluster.store.collections import Collections
 from ingest_jobs.sync import run_sync
 
 PARAPHRASES = ("Is it true that {q}?", "{q} - what does the evidence say?")
@@ -41,19 +38,12 @@ def bench_cache(cfg: RagcConfig, dataset: Path, limit: int, questions_n: int) ->
 
     from ray import serve
 
-    from serve.app import build_app
-
     cfg = bench_config(cfg)
-    cfg.milvus.collection = "ragc_bench_cache"
+    cfg.serve.cache.enabled = True
     questions = load_questions(dataset, questions_n)
     with tempfile.TemporaryDirectory() as tmp:
         run_sync(cfg, write_subset(dataset, limit, Path(tmp)), BENCH_TENANT)
-    ensure_ray(cfg)
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(cfg), name="bench-cache", route_prefix="/", blocking=False)
-    wait_http(f"http://127.0.0.1:{port}/readyz")
-    url = f"http://127.0.0.1:{port}/v1/query"
+    url = start_app(cfg, "bench-cache")
     with httpx.Client(timeout=120) as client:
         timed_ask(client, url, "warm-up question about the corpus")
         cold = [timed_ask(client, url, q) for q in questions]
@@ -81,7 +71,4 @@ def bench_cache(cfg: RagcConfig, dataset: Path, limit: int, questions_n: int) ->
     )
     print(f"paraphrase semantic hit rate {semantic:.3f} at cosine >= {cfg.serve.cache.semantic_threshold}")
     print(json.dumps(report))
-    collections = Collections(connect(cfg), cfg)
-    for name in collections.generations():
-        collections.drop_physical(name)
     return 0

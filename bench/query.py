@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -26,8 +27,6 @@ from bench.memory import MB, PeakMemory, total_rss
 from cluster.config import RagcConfig
 from cluster.http_wait import wait_for_http
 from cluster.ray_runtime import ensure_ray
-from cluster.store.client import connect
-from cluster.store.collections import Collections
 from ingest_jobs.sync import run_sync
 
 BENCH_TENANT = "bench"
@@ -40,11 +39,21 @@ class LoadResult:
     seconds: float
     latencies_s: list[float] = field(default_factory=list)
     failures: int = 0
+    failure_codes: dict[str, int] = field(default_factory=dict)
     stage_ms: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def qps(self) -> float:
         return len(self.latencies_s) / self.seconds
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "qps": round(self.qps, 2),
+            "p50_ms": round(self.pct(50) * 1000, 1),
+            "p95_ms": round(self.pct(95) * 1000, 1),
+            "failures": self.failures,
+            "failure_codes": self.failure_codes,
+        }
 
     def pct(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q)) if self.latencies_s else float("nan")
@@ -80,14 +89,17 @@ async def closed_loop(url: str, questions: list[str], clients: int, duration_s: 
                 started = time.perf_counter()
                 try:
                     response = await client.post(url, json={"query": questions[n % len(questions)]})
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
                     result.failures += 1
+                    result.failure_codes[type(exc).__name__] = result.failure_codes.get(type(exc).__name__, 0) + 1
                     continue
                 finally:
                     n += clients
                 elapsed = time.perf_counter() - started
                 if response.status_code != 200:
                     result.failures += 1
+                    code = str(response.status_code)
+                    result.failure_codes[code] = result.failure_codes.get(code, 0) + 1
                     continue
                 result.latencies_s.append(elapsed)
                 for stage, info in response.json().get("stages", {}).items():
@@ -104,6 +116,20 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
     wait_for_http(url, READY_TIMEOUT_S, alive=lambda: proc is None or proc.poll() is None)
 
 
+def start_app(cfg: RagcConfig, name: str) -> str:
+    """This Serve app on local Ray and a free loopback port; returns its query URL."""
+    from ray import serve
+
+    from serve.app import build_app
+
+    ensure_ray(cfg)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(cfg), name=name, route_prefix="/", blocking=False)
+    wait_http(f"http://127.0.0.1:{port}/readyz")
+    return f"http://127.0.0.1:{port}/v1/query"
+
+
 def bench_config(cfg: RagcConfig) -> RagcConfig:
     cfg = cfg.model_copy(deep=True)
     cfg.milvus.collection = "ragc_bench_query"
@@ -111,6 +137,11 @@ def bench_config(cfg: RagcConfig) -> RagcConfig:
     cfg.serve.auth.single_tenant = BENCH_TENANT
     cfg.serve.http_host = "127.0.0.1"
     cfg.serve.retrieve.similarity_floor = -1.0  # the reference has no floor: rerank the same candidate count
+    cfg.serve.cache.enabled = False  # the reference has no cache; `ragc bench cache` measures it
+    # throughput, not SLOs: the reference has no stage timeouts either, so ours must not shed load
+    cfg.serve.request_timeout_s = 300.0
+    for stage_cfg in (cfg.serve.retrieve, cfg.serve.rerank, cfg.serve.synthesize, cfg.serve.rewrite):
+        stage_cfg.timeout_s = 240.0
     if cfg.serve.rerank.model is None:
         cfg.serve.rerank.model = cfg.embedding.model  # same weights for both sides: a cost model, not quality
     for stage in cfg.serve.deployments.values():  # fixed replica counts: autoscaling on 2 cores only competes
@@ -120,8 +151,6 @@ def bench_config(cfg: RagcConfig) -> RagcConfig:
 
 def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, duration_s: float) -> int:
     from ray import serve
-
-    from serve.app import build_app
 
     cfg = bench_config(cfg)
     questions = load_questions(dataset, 200)
@@ -153,12 +182,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
             reference.terminate()
             reference.wait(30)
 
-    ensure_ray(cfg)
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(cfg), name="bench", route_prefix="/", blocking=False)
-    wait_http(f"http://127.0.0.1:{port}/readyz")
-    url = f"http://127.0.0.1:{port}/v1/query"
+    url = start_app(cfg, "bench")
     asyncio.run(closed_loop(url, questions, 2, 5, "warm-up"))
     time.sleep(2)
     idle_mb = total_rss() / MB
@@ -173,18 +197,8 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
         "clients": clients,
         "duration_s": duration_s,
         "chunks": ingest.chunks_total,
-        "ours": {
-            "qps": round(ours.qps, 2),
-            "p50_ms": round(ours.pct(50) * 1000, 1),
-            "p95_ms": round(ours.pct(95) * 1000, 1),
-            "failures": ours.failures,
-        },
-        "reference": {
-            "qps": round(ref.qps, 2),
-            "p50_ms": round(ref.pct(50) * 1000, 1),
-            "p95_ms": round(ref.pct(95) * 1000, 1),
-            "failures": ref.failures,
-        },
+        "ours": ours.summary(),
+        "reference": ref.summary(),
         "ratio_qps": round(ours.qps / ref.qps, 3),
         "ratio_p50": round(ours.pct(50) / ref.pct(50), 3),
         "ratio_p95": round(ours.pct(95) / ref.pct(95), 3),
@@ -196,7 +210,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     for r in (ref, ours):
         print(
             f"{r.name:>24}: {r.qps:6.2f} QPS  p50 {r.pct(50) * 1000:7.1f} ms  p95 {r.pct(95) * 1000:7.1f} ms  "
-            f"failures {r.failures}"
+            f"failures {r.failures} {r.failure_codes or ''}"
         )
     print(f"QPS ratio ours/reference {report['ratio_qps']} (target >= 2.0); p50 ratio {report['ratio_p50']}")
     print(
@@ -204,7 +218,4 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     )
     print(f"local cluster RSS: idle {idle_mb:.0f} MB, peak under load {peak.peak_bytes / MB:.0f} MB")
     print(json.dumps(report))
-    collections = Collections(connect(cfg), cfg)
-    for name in collections.generations():
-        collections.drop_physical(name)
-    return 0
+    return 0  # the bench collection is kept: a re-run ingests nothing (incremental sync)

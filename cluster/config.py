@@ -123,6 +123,12 @@ class IngestFaults(Section):
 
 class IngestConfig(Section):
     parse_blocks: int = Field(default=0, ge=0, description="blocks for parse+chunk tasks; 0 = 2 x CPUs")
+    embed_batch_rows: int = Field(
+        default=512,
+        gt=0,
+        description="rows per embedding-actor call; the model sorts each call by length, "
+        "so larger calls pad less (the model's own batch stays embedding.batch_size)",
+    )
     embed_actors_min: int = Field(default=1, ge=1)
     embed_actors_max: int = Field(default=1, ge=1)
     gpus_per_actor: float = Field(default=0.0, ge=0, description="0 = CPU; 1 per actor on GPU nodes")

@@ -50,6 +50,14 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
+def set_torch_threads(requested: int = 0) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in workers that reserve <= 1 CPU (Serve replicas, actors), which
+    leaves torch on one thread; 0 means "use the machine's cores"."""
+    import torch
+
+    torch.set_num_threads(requested or os.cpu_count() or 1)
+
+
 def pick_device(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -62,11 +70,9 @@ class SentenceTransformerEmbedder:
     """The real embedder; construct once per process/actor (loading takes seconds)."""
 
     def __init__(self, cfg: EmbeddingConfig) -> None:
-        import torch
         from sentence_transformers import SentenceTransformer
 
-        # Ray sets OMP_NUM_THREADS=1 in workers that reserve <= 1 CPU; 0 means "use the machine's cores"
-        torch.set_num_threads(cfg.num_threads or os.cpu_count() or 1)
+        set_torch_threads(cfg.num_threads)
         self.model_id = cfg.model_id
         self.dim = cfg.dim
         self._batch_size = cfg.batch_size

@@ -81,7 +81,7 @@ def embed_and_write(cfg: RagcConfig, collection: str, tenant: str, docs: list[So
             compute=ray.data.ActorPoolStrategy(
                 min_size=cfg.ingest.embed_actors_min, max_size=cfg.ingest.embed_actors_max
             ),
-            batch_size=cfg.embedding.batch_size,
+            batch_size=cfg.ingest.embed_batch_rows,
             batch_format="numpy",
             num_gpus=gpus if gpus > 0 else None,
             num_cpus=0 if gpus > 0 else 1,

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ray import serve
 
 from cluster.config import RagcConfig, RerankConfig
-from cluster.models import pick_device, resolve_model_path
+from cluster.models import pick_device, resolve_model_path, set_torch_threads
 from serve.types import Passage, StageStatusName
 
 Pairs = list[tuple[str, str]]
@@ -25,6 +25,7 @@ class CrossEncoderScorer:
         from sentence_transformers import CrossEncoder
 
         assert cfg.model is not None
+        set_torch_threads()
         self._model = CrossEncoder(
             resolve_model_path(cfg.model), num_labels=1, max_length=cfg.max_length, device=pick_device("auto")
         )
