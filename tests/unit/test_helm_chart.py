@@ -3,6 +3,7 @@ against Kubernetes schemas, KubeRay resources against the CRD schemas in ../shar
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ helm = pytest.importorskip("helm_python")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "ragc"
-CRDS = ROOT.parent / "shared" / "kuberay-crds"
+# ../shared beside the checkout holds the KubeRay CRD schemas (RAGC_SHARED_DIR overrides where it is)
+CRDS = Path(os.environ.get("RAGC_SHARED_DIR", ROOT.parent / "shared")) / "kuberay-crds"
 KUBE_VERSION = "1.30.0"
 BASE = {"externalMilvus": {"uri": "http://milvus.example:19530"}, "existingSecret": "ragc-secrets"}
 RAY_KINDS = {"RayService": "rayservices", "RayJob": "rayjobs", "RayCronJob": "raycronjobs"}
