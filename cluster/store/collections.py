@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -52,10 +53,15 @@ class Collections:
         return CollectionIdentity.from_config(self._cfg.embedding, self._cfg.chunking)
 
     def resolve(self) -> str | None:
+        pymilvus_logger = logging.getLogger("pymilvus")
+        level = pymilvus_logger.level
+        pymilvus_logger.setLevel(logging.CRITICAL)  # a missing alias is an answer here, not an error to log
         try:
             return str(self.client.describe_alias(self.alias)["collection_name"])
         except MilvusException:
             return None
+        finally:
+            pymilvus_logger.setLevel(level)
 
     def identity_of(self, physical: str) -> CollectionIdentity | None:
         props = self.client.describe_collection(physical).get("properties", {})
