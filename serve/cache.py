@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +26,26 @@ SEMANTIC_PREFIX = "ragc:sem:"
 
 def normalise(question: str) -> str:
     return " ".join(question.lower().split())
+
+
+NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+WORDS = re.compile(r"[a-z]+")
+# Words that flip a claim while barely moving its embedding: measured on SciFact, MiniLM puts
+# "decreases"/"raises", "less"/"more", "10%"/"90%" pairs above 0.95 cosine.
+_POLARITY = (
+    "increase increases increased raise raises raised decrease decreases decreased reduce reduces reduced "
+    "more less higher lower positive negative prevent prevents prevented induce induces induced promote "
+    "promotes promoted inhibit inhibits inhibited not no never without"
+)
+POLARITY = frozenset(_POLARITY.split(" "))
+
+
+def same_claim(a: str, b: str) -> bool:
+    """Guard for the semantic level: near-identical vectors must also agree on numbers and polarity words."""
+    a, b = normalise(a), normalise(b)
+    if sorted(NUMBER.findall(a)) != sorted(NUMBER.findall(b)):
+        return False
+    return POLARITY & set(WORDS.findall(a)) == POLARITY & set(WORDS.findall(b))
 
 
 @dataclass(frozen=True)
@@ -72,22 +93,27 @@ class RedisResponseCache:
             self._redis.set(RESPONSE_PREFIX + key, json.dumps(response), ex=self._ttl_s), self._timeout_s
         )
 
-    async def nearest(self, scope: CacheScope, vector: list[float], threshold: float) -> dict[str, Any] | None:
-        """The cached answer of the closest earlier question in this scope, if within `threshold` cosine."""
+    async def nearest(
+        self, scope: CacheScope, question: str, vector: list[float], threshold: float
+    ) -> dict[str, Any] | None:
+        """The cached answer of the closest earlier question in this scope, if within `threshold` cosine
+        and making the same claim (`same_claim`)."""
         entries = await asyncio.wait_for(self._redis.lrange(SEMANTIC_PREFIX + scope.digest(), 0, -1), self._timeout_s)
         if not entries:
             return None
         decoded = [json.loads(e) for e in entries]
         matrix = np.asarray([d["v"] for d in decoded], dtype=np.float32)
         scores = matrix @ np.asarray(vector, dtype=np.float32)
-        best = int(np.argmax(scores))
-        if float(scores[best]) < threshold:
-            return None
-        return await self.get_exact(decoded[best]["k"])
+        for best in np.argsort(-scores):
+            if float(scores[best]) < threshold:
+                return None
+            if same_claim(question, decoded[best].get("q", "")):
+                return await self.get_exact(decoded[best]["k"])
+        return None
 
-    async def remember(self, scope: CacheScope, key: str, vector: list[float]) -> None:
+    async def remember(self, scope: CacheScope, key: str, question: str, vector: list[float]) -> None:
         name = SEMANTIC_PREFIX + scope.digest()
-        entry = json.dumps({"k": key, "v": [round(x, 5) for x in vector]})
+        entry = json.dumps({"k": key, "q": normalise(question), "v": [round(x, 5) for x in vector]})
         pipe: Any = self._redis.pipeline(transaction=False)
         pipe.lpush(name, entry)
         pipe.ltrim(name, 0, self._semantic_max - 1)
@@ -129,7 +155,7 @@ class ResponseCache:
             if self._semantic:
                 embedded: list[float] = await asyncio.wait_for(embed(), self._timeout_s * 4)
                 vector = embedded
-                if (hit := await self._shared.nearest(scope, embedded, self._threshold)) is not None:
+                if (hit := await self._shared.nearest(scope, question, embedded, self._threshold)) is not None:
                     return hit, "hit_semantic", vector
         except Exception as exc:  # noqa: BLE001 - a cache outage is a bypass, never an error
             logger.warning("response cache bypassed", extra={"error": repr(exc)})
@@ -142,18 +168,18 @@ class ResponseCache:
             self._l1.put(key, response)
         if self._shared is None:
             return
-        task = asyncio.get_running_loop().create_task(self._store_shared(scope, key, vector, response))
+        task = asyncio.get_running_loop().create_task(self._store_shared(scope, key, question, vector, response))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     async def _store_shared(
-        self, scope: CacheScope, key: str, vector: list[float] | None, response: dict[str, Any]
+        self, scope: CacheScope, key: str, question: str, vector: list[float] | None, response: dict[str, Any]
     ) -> None:
         assert self._shared is not None
         try:
             await self._shared.put_exact(key, response)
             if self._semantic and vector is not None:
-                await self._shared.remember(scope, key, vector)
+                await self._shared.remember(scope, key, question, vector)
         except Exception as exc:  # noqa: BLE001 - a failed cache write loses nothing
             logger.warning("response cache write skipped", extra={"error": repr(exc)})
 

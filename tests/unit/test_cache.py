@@ -87,3 +87,15 @@ def test_cached_embedder_embeds_each_text_once() -> None:
     assert first.embed(["a b"]) and inner.calls == [], "memory hit"
     other_replica = CachedEmbedder(inner, shared, TTLCache(8, 60))
     assert other_replica.embed(["c", "new"]) and inner.calls == [["new"]], "shared hit for c, model for new"
+
+
+def test_semantic_guard_refuses_flipped_claims() -> None:
+    from serve.cache import same_claim
+
+    assert same_claim("What does the rerank stage do with cross-encoder scores?",
+                      "what does the rerank stage do with cross encoder scores")
+    assert same_claim("Is it true that aspirin reduces fever?", "Aspirin reduces fever - what does the evidence say?")
+    # pairs from SciFact that MiniLM puts above 0.95 cosine
+    assert not same_claim("4-PBA treatment decreases ER stress.", "4-PBA treatment raises ER stress.")
+    assert not same_claim("10% of SIDS deaths happen before 6 months.", "90% of SIDS deaths happen before 6 months.")
+    assert not same_claim("Aged patients are less susceptible.", "Aged patients are more susceptible.")
