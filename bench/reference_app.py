@@ -11,33 +11,17 @@ from typing import Any
 
 from cluster.config import RagcConfig, load_config
 from cluster.models import SentenceTransformerEmbedder, resolve_model_path
-from cluster.store.client import connect
+from cluster.store.client import connect, iterate_rows
 from cluster.store.expr import eq
 from cluster.store.schema import ChunkFields
-
-ITERATOR_BATCH = 4096
 
 
 def tenant_nodes(cfg: RagcConfig, tenant: str) -> list[Any]:
     from llama_index.core.schema import TextNode
 
-    client = connect(cfg)
-    iterator = client.query_iterator(
-        cfg.milvus.collection,
-        batch_size=ITERATOR_BATCH,
-        filter=eq(ChunkFields.TENANT, tenant),
-        output_fields=[ChunkFields.ID, ChunkFields.TEXT, ChunkFields.DOC_ID, ChunkFields.TITLE],
-    )
-    nodes = []
-    try:
-        while batch := iterator.next():
-            nodes += [
-                TextNode(id_=r["id"], text=r["text"], metadata={"doc_id": r["doc_id"], "title": r["title"]})
-                for r in batch
-            ]
-    finally:
-        iterator.close()
-    return nodes
+    fields = [ChunkFields.ID, ChunkFields.TEXT, ChunkFields.DOC_ID, ChunkFields.TITLE]
+    rows = iterate_rows(connect(cfg), cfg.milvus.collection, eq(ChunkFields.TENANT, tenant), fields)
+    return [TextNode(id_=r["id"], text=r["text"], metadata={"doc_id": r["doc_id"], "title": r["title"]}) for r in rows]
 
 
 def build_reference(cfg: RagcConfig, tenant: str) -> Any:

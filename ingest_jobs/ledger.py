@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pymilvus import MilvusClient
 
 from cluster.hashing import sha
+from cluster.store.client import iterate_rows
 from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import LEDGER_CHUNK_IDS_MAX, PLACEHOLDER_VECTOR
-
-ITERATOR_BATCH = 4096
 
 
 @dataclass(frozen=True)
@@ -35,22 +34,13 @@ class Ledger:
         self._collection = collection
 
     def entries(self, tenant: str) -> dict[str, LedgerEntry]:
-        iterator = self._client.query_iterator(
-            self._collection,
-            batch_size=ITERATOR_BATCH,
-            filter=eq("tenant_id", tenant),
-            output_fields=["doc_id", "content_hash", "chunk_ids"],
+        rows = iterate_rows(
+            self._client, self._collection, eq("tenant_id", tenant), ["doc_id", "content_hash", "chunk_ids"]
         )
-        found: dict[str, LedgerEntry] = {}
-        try:
-            while batch := iterator.next():
-                for row in batch:
-                    found[row["doc_id"]] = LedgerEntry(
-                        row["doc_id"], row["content_hash"], _decode_ids(row["chunk_ids"])
-                    )
-        finally:
-            iterator.close()
-        return found
+        return {
+            row["doc_id"]: LedgerEntry(row["doc_id"], row["content_hash"], _decode_ids(row["chunk_ids"]))
+            for row in rows
+        }
 
     def record(self, tenant: str, entries: list[LedgerEntry]) -> None:
         rows = [

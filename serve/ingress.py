@@ -70,12 +70,12 @@ def _validation_message(exc: ValidationError) -> str:
 class Ingress:
     """Plain class: Serve wraps it with `serve.ingress(api)` in the builder; `stages` are injected."""
 
-    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any, cache_enabled: bool = True) -> None:
+    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any) -> None:
         self._cfg = RagcConfig.model_validate(config)
         self._scfg = self._cfg.serve
         self._auth = Authenticator(self._scfg.auth, self._scfg.http_host)
         password = self._cfg.redis.password.resolve()
-        cache = open_response_cache(self._cfg, redis_url(self._cfg), password) if cache_enabled else None
+        cache = open_response_cache(self._cfg, redis_url(self._cfg), password)
         self._pipeline = QueryPipeline(self._scfg, stages, cache)
         self._readiness = readiness
         self._ready: tuple[float, bool, str | None] = (0.0, False, "not checked yet")

@@ -68,6 +68,13 @@ async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: fl
         raise StageFailure(f"{type(exc).__name__}: {exc}") from exc
 
 
+async def emit_tokens(answer: str, emit: Emit | None) -> None:
+    """SSE token events for an answer that is already whole (extractive, or from the cache)."""
+    if emit:
+        for piece in answer.split(" "):
+            await emit("token", {"text": piece + " "})
+
+
 def cacheable(response: dict[str, Any]) -> bool:
     """Only full answers are cached: a fallback caused by a passing fault must not outlive it."""
     return all(s["status"] not in ("fallback", "error") for s in response["stages"].values())
@@ -121,9 +128,7 @@ class QueryPipeline:
         """A cached answer, marked as such; a streaming request still gets its tokens."""
         stages = {name: {"status": "cached", "ms": 0.0} for name in cached["stages"] if name != "cache"}
         response = {**cached, "stages": {"cache": report.public(), **stages}, "request_id": request_id}
-        if emit:
-            for piece in response["answer"].split(" "):
-                await emit("token", {"text": piece + " "})
+        await emit_tokens(response["answer"], emit)
         return response
 
     async def _run(
@@ -201,9 +206,7 @@ class QueryPipeline:
         except StageFailure as failure:
             synthesis = extractive_answer(request.query, passages, cfg.synthesize)
             await report("synthesize", "fallback", started, f"extractive answer: {failure.reason}")
-        if emit:
-            for piece in synthesis.answer.split(" "):
-                await emit("token", {"text": piece + " "})
+        await emit_tokens(synthesis.answer, emit)
         return self._response(synthesis, passages, reports, retrieved.index_version, request_id, tenant)
 
     @staticmethod

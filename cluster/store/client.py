@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from pymilvus import MilvusClient
@@ -17,6 +18,19 @@ VALUE_MAX = 65535
 def milvus_uri(cfg: RagcConfig) -> str:
     """The configured Milvus, else the local milvus-lite sidecar (always by URI, never the .db file)."""
     return cfg.milvus.uri or f"http://{cfg.local.host}:{cfg.local.milvus_port}"
+
+
+ITERATOR_BATCH = 4096
+
+
+def iterate_rows(client: MilvusClient, collection: str, expr: str, fields: list[str]) -> Iterator[dict[str, Any]]:
+    """Every row matching `expr`, in batches (a plain query is capped at 16,384 rows)."""
+    iterator = client.query_iterator(collection, batch_size=ITERATOR_BATCH, filter=expr, output_fields=fields)
+    try:
+        while batch := iterator.next():
+            yield from batch
+    finally:
+        iterator.close()
 
 
 def connect(cfg: RagcConfig) -> MilvusClient:

@@ -92,8 +92,10 @@ def test_cached_embedder_embeds_each_text_once() -> None:
 def test_semantic_guard_refuses_flipped_claims() -> None:
     from serve.cache import same_claim
 
-    assert same_claim("What does the rerank stage do with cross-encoder scores?",
-                      "what does the rerank stage do with cross encoder scores")
+    assert same_claim(
+        "What does the rerank stage do with cross-encoder scores?",
+        "what does the rerank stage do with cross encoder scores",
+    )
     assert same_claim("Is it true that aspirin reduces fever?", "Aspirin reduces fever - what does the evidence say?")
     # pairs from SciFact that MiniLM puts above 0.95 cosine
     assert not same_claim("4-PBA treatment decreases ER stress.", "4-PBA treatment raises ER stress.")

@@ -118,12 +118,12 @@ def test_serve_config_parses_and_every_stage_autoscales_on_its_own(name: str) ->
 
 def test_chart_serve_block_is_generated_from_the_config_tree() -> None:
     from cluster.config import RagcConfig
-    from serve.serve_config import helm_deployments, helm_values_block
+    from serve.serve_config import helm_values_block, stage_deployments
 
     text = (CHART / "values.yaml").read_text()
     assert helm_values_block(RagcConfig()) in text, "run `ragc serve-config --helm-values helm/ragc/values.yaml`"
     rendered = {d["name"]: d for d in serve_config(render(BASE))["applications"][0]["deployments"]}
-    for stage, options in helm_deployments(RagcConfig()).items():
+    for stage, options in stage_deployments(RagcConfig()).items():
         assert {k: v for k, v in rendered[stage].items() if k != "name"} == options
 
 
