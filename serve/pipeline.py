@@ -85,6 +85,15 @@ class QueryPipeline:
         self._cfg = cfg
         self._stages = stages
         self._cache = cache
+        self._version: tuple[float, int] | None = None  # (read at, index version)
+
+    async def index_version(self) -> int:
+        """Cached here for `index_version_ttl_s`, so a cache hit costs no call to another deployment."""
+        now = time.monotonic()
+        if self._version is None or now - self._version[0] >= self._cfg.retrieve.index_version_ttl_s:
+            version = await call_stage("cache", self._stages.index_version, self._cfg.cache.lookup_timeout_s)
+            self._version = (now, version)
+        return self._version[1]
 
     def scope(self, request: QueryRequest, tenant: str, filter_expr: str, index_version: int) -> CacheScope:
         turns = self._cfg.cache.history_turns_in_key
@@ -101,8 +110,7 @@ class QueryPipeline:
         scope, vector = None, None
         cached: dict[str, Any] | None = None
         try:
-            version = await call_stage("cache", self._stages.index_version, self._cfg.cache.lookup_timeout_s)
-            scope = self.scope(request, tenant, filter_expr, version)
+            scope = self.scope(request, tenant, filter_expr, await self.index_version())
             cached, status, vector = await self._cache.lookup(
                 scope, request.query, lambda: self._stages.embed(request.query)
             )

@@ -108,9 +108,11 @@ class HybridRetriever:
         self.not_ready_reason = None
         return True
 
-    def index_version(self) -> int:
+    def index_version(self, max_age_s: float | None = None) -> int:
+        """The catalog's index version, re-read when older than `max_age_s` (default: the config's TTL)."""
+        max_age_s = self._rcfg.index_version_ttl_s if max_age_s is None else max_age_s
         checked_at, version = self._version
-        if time.monotonic() - checked_at > self._rcfg.index_version_ttl_s and self._collections:
+        if time.monotonic() - checked_at >= max_age_s and self._collections:
             version = self._collections.index_version()
             self._version = (time.monotonic(), version)
         return version
@@ -240,7 +242,8 @@ class RetrieveStage:
         return await asyncio.to_thread(self._retriever.embed_query, text)
 
     async def index_version(self) -> int:
-        return await asyncio.to_thread(self._retriever.index_version)
+        """Fresh from the catalog: the ingress already caches it for `index_version_ttl_s`."""
+        return await asyncio.to_thread(self._retriever.index_version, 0.0)
 
     async def readiness(self) -> tuple[bool, str | None]:
         ready = await asyncio.to_thread(self._retriever.check_ready)

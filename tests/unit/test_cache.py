@@ -14,7 +14,8 @@ def passages() -> list[Passage]:
 
 
 def pipeline(stages: FakeStages) -> QueryPipeline:
-    cfg = RagcConfig.model_validate({"serve": {"synthesize": {"timeout_s": 0.2}}}).serve
+    serve = {"synthesize": {"timeout_s": 0.2}, "retrieve": {"index_version_ttl_s": 0}}
+    cfg = RagcConfig.model_validate({"serve": serve}).serve
     return QueryPipeline(
         cfg, stages, ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2)
     )
@@ -101,3 +102,12 @@ def test_semantic_guard_refuses_flipped_claims() -> None:
     assert not same_claim("4-PBA treatment decreases ER stress.", "4-PBA treatment raises ER stress.")
     assert not same_claim("10% of SIDS deaths happen before 6 months.", "90% of SIDS deaths happen before 6 months.")
     assert not same_claim("Aged patients are less susceptible.", "Aged patients are more susceptible.")
+
+
+def test_index_version_is_read_once_per_ttl() -> None:
+    stages = FakeStages(passages())
+    cfg = RagcConfig.model_validate({"serve": {"retrieve": {"index_version_ttl_s": 60}}}).serve
+    p = QueryPipeline(cfg, stages, ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2))
+    ask(p, "q")
+    ask(p, "q")
+    assert stages.calls.count("index_version") == 1
