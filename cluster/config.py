@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ENV_PREFIX = "RAGC_"
 ENV_NESTING = "__"
@@ -246,15 +246,58 @@ class RerankConfig(Section):
 
 
 class RewriteConfig(Section):
-    timeout_s: float = Field(default=3.0, gt=0)
-    rewrite_default: bool = Field(default=False, description="rewrite when the request does not say")
+    timeout_s: float = Field(default=10.0, gt=0, description="rewrite + HyDE together (CPU default; tighten on GPU)")
+    rewrite_default: bool = Field(default=True, description="rewrite follow-ups when the request does not say")
     hyde_default: bool = Field(default=False, description="HyDE when the request does not say")
+    engine: str = Field(default="default", description="the `serve.llm.engines` entry that rewrites")
+    history_turns: int = Field(default=4, ge=0, description="conversation turns the rewrite sees")
+    history_max_chars: int = Field(default=2000, gt=0, description="the most recent turns are kept up to this")
+    max_tokens: int = Field(default=48, gt=0)
+    max_query_chars: int = Field(default=400, gt=0, description="a longer rewrite is refused")
+    hyde_max_tokens: int = Field(default=96, gt=0)
+    hyde_include_original: bool = Field(default=True, description="embed the question with the HyDE passage")
+    cache_entries: int = Field(default=4096, ge=0, description="per-replica cache of rewrites")
+    cache_ttl_s: float = Field(default=3600.0, gt=0)
 
 
 class SynthesizeConfig(Section):
-    timeout_s: float = Field(default=15.0, gt=0)
+    timeout_s: float = Field(default=25.0, gt=0, description="whole generation (CPU default; tighten on GPU)")
+    engine: str = Field(default="default", description="the `serve.llm.engines` entry that answers")
+    max_tokens: int = Field(default=200, gt=0)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
     extractive_passages: int = Field(default=3, gt=0, description="passages quoted by the extractive answer")
     extractive_chars: int = Field(default=400, gt=0, description="characters quoted per passage")
+
+
+def _llm_deployment() -> DeploymentConfig:
+    return DeploymentConfig(max_replicas=1, target_ongoing_requests=8, max_ongoing_requests=32, num_cpus=1.0)
+
+
+class LLMEngineConfig(Section):
+    """One vLLM engine, served by its own deployment `llm_<name>`."""
+
+    model: str = Field(
+        default="packaged:smollm2-135m-instruct",
+        description="`packaged:<name>` (converted once into the state dir), a local path, or a model id "
+        "baked into the image",
+    )
+    served_name: str | None = Field(default=None, description="name reported in responses; default: model")
+    max_model_len: int = Field(default=2048, gt=0)
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    enforce_eager: bool = Field(default=True, description="skip graph capture/compilation (fast start on CPU)")
+    max_num_seqs: int = Field(default=16, gt=0, description="sequences batched by the engine")
+    kv_cache_gb: float = Field(default=1.0, gt=0, description="CPU only: VLLM_CPU_KVCACHE_SPACE")
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1, description="GPU only")
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    deployment: DeploymentConfig = Field(default_factory=_llm_deployment)
+
+
+class LLMConfig(Section):
+    enabled: bool = Field(
+        default=True, description="false: rewrite/HyDE are skipped and answers are extractive (no engine)"
+    )
+    engines: dict[str, LLMEngineConfig] = Field(default_factory=lambda: {"default": LLMEngineConfig()})
 
 
 class CacheConfig(Section):
@@ -280,7 +323,9 @@ class ServeConfig(Section):
     app_name: str = "ragc"
     http_host: str = Field(default="127.0.0.1", description="bind address of the Serve HTTP proxy")
     route_prefix: str = "/"
-    request_timeout_s: float = Field(default=30.0, gt=0, description="end-to-end deadline; beyond it HTTP 504")
+    request_timeout_s: float = Field(
+        default=45.0, gt=0, description="end-to-end deadline; beyond it HTTP 504 (above the stage timeouts)"
+    )
     default_top_k: int = Field(default=5, gt=0, description="passages in the answer when the request does not say")
     abstain_answer: str = "I don't have documents covering that."
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -291,6 +336,7 @@ class ServeConfig(Section):
     retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     faults: StageFaults = Field(default_factory=StageFaults)
 
@@ -303,8 +349,22 @@ class ServeConfig(Section):
         defaults = _default_deployments()
         return {stage: v.get(stage, defaults[stage]) for stage in STAGES}
 
+    @model_validator(mode="after")
+    def _engines_exist(self) -> ServeConfig:
+        if self.llm.enabled:
+            for stage, name in (("rewrite", self.rewrite.engine), ("synthesize", self.synthesize.engine)):
+                if name not in self.llm.engines:
+                    raise ValueError(f"serve.{stage}.engine {name!r} is not in serve.llm.engines")
+        return self
+
     def deployment(self, stage: str) -> DeploymentConfig:
         return self.deployments[stage]
+
+    def engines_in_use(self) -> list[str]:
+        """Engines some stage calls (one deployment each); none when the LLM is off."""
+        if not self.llm.enabled:
+            return []
+        return sorted({self.rewrite.engine, self.synthesize.engine})
 
 
 class RagcConfig(Section):

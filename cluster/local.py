@@ -40,7 +40,8 @@ def up_sidecars(cfg: RagcConfig) -> dict[str, Any]:
 
 
 def up_app(cfg: RagcConfig, config_file: Path | None, demo: bool) -> dict[str, Any]:
-    """Start the process that owns local Ray and the Serve app; wait until /readyz answers 200."""
+    """Start the process that owns local Ray and the Serve app; wait until /readyz?full=1 answers 200
+    (retrieval ready and the LLM engines up)."""
     state_dir = cfg.state_dir.resolve()
     state = read_state(state_dir)
     if not process_alive(state.get(APP_PROCESS)):
@@ -58,7 +59,7 @@ def up_app(cfg: RagcConfig, config_file: Path | None, demo: bool) -> dict[str, A
 
 def wait_ready(cfg: RagcConfig, record: dict[str, Any]) -> None:
     try:
-        wait_for_http(f"{http_url(cfg)}/readyz", APP_READY_TIMEOUT_S, alive=lambda: process_alive(record))
+        wait_for_http(f"{http_url(cfg)}/readyz?full=1", APP_READY_TIMEOUT_S, alive=lambda: process_alive(record))
     except NotUpError as exc:
         raise SidecarError(f"the app did not become ready: {exc}; see {record['log']}") from exc
 

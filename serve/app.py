@@ -3,13 +3,15 @@ the config tree. `ragc serve-config` and the Helm chart render the same options.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
 from ray import serve
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from cluster.config import DeploymentConfig, RagcConfig, load_config
 from serve.ingress import make_ingress_app
+from serve.llm_engine import LLMEngine, engine_deployment_name
 from serve.rerank import RerankStage
 from serve.retrieve import RetrieveStage
 from serve.rewrite import RewriteStage
@@ -53,7 +55,9 @@ class HandleStages:
         rerank: DeploymentHandle,
         synthesize: DeploymentHandle,
     ) -> None:
-        self._rewrite, self._retrieve, self._rerank, self._synthesize = rewrite, retrieve, rerank, synthesize
+        self._rewrite, self._retrieve, self._rerank = rewrite, retrieve, rerank
+        self._synthesize = synthesize
+        self._synthesize_stream = synthesize.options(stream=True)
 
     async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
         return await self._rewrite.rewrite.remote(query, history, rewrite, hyde)
@@ -64,11 +68,16 @@ class HandleStages:
     async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
         return await self._rerank.rerank.remote(query, passages, top_n)
 
-    async def synthesize(self, query: str, passages: list[Passage]) -> Synthesis:
-        return await self._synthesize.synthesize.remote(query, passages)
+    async def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[str | Synthesis]:
+        responses = self._synthesize_stream.synthesize_stream.remote(query, passages)
+        async for item in cast(DeploymentResponseGenerator, responses):
+            yield item
 
     async def readiness(self) -> tuple[bool, str | None]:
         return await self._retrieve.readiness.remote()
+
+    async def llm_state(self) -> str:
+        return await self._synthesize.llm_state.remote()
 
     async def embed(self, text: str) -> list[float]:
         return await self._retrieve.embed.remote(text)
@@ -79,10 +88,19 @@ class HandleStages:
 
 def build_app(cfg: RagcConfig) -> serve.Application:
     config = cfg.model_dump(mode="json")
-    bound = {
-        stage: serve.deployment(**deployment_options(stage, cfg.serve.deployment(stage)))(cls).bind(config)
-        for stage, cls in STAGE_CLASSES.items()
+    scfg = cfg.serve
+    engines = {
+        name: serve.deployment(
+            **deployment_options(engine_deployment_name(name), scfg.llm.engines[name].deployment)
+        )(LLMEngine).bind(config, name)
+        for name in scfg.engines_in_use()
     }
+    llm_of = {"rewrite": scfg.rewrite.engine, "synthesize": scfg.synthesize.engine}
+    bound = {}
+    for stage, cls in STAGE_CLASSES.items():
+        deployment = serve.deployment(**deployment_options(stage, scfg.deployment(stage)))(cls)
+        engine = engines.get(llm_of.get(stage, ""))
+        bound[stage] = deployment.bind(config, engine) if engine is not None else deployment.bind(config)
     api, routes = make_ingress_app()
 
     class IngressDeployment(routes):  # type: ignore[valid-type,misc]
@@ -95,7 +113,7 @@ def build_app(cfg: RagcConfig) -> serve.Application:
             synthesize: DeploymentHandle,
         ) -> None:
             stages = HandleStages(rewrite, retrieve, rerank, synthesize)
-            super().__init__(config, stages, stages.readiness)
+            super().__init__(config, stages, stages.readiness, stages.llm_state)
 
         def check_health(self) -> None:
             return None

@@ -70,7 +70,7 @@ def _validation_message(exc: ValidationError) -> str:
 class Ingress:
     """Plain class: Serve wraps it with `serve.ingress(api)` in the builder; `stages` are injected."""
 
-    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any) -> None:
+    def __init__(self, config: dict[str, Any], stages: Stages, readiness: Any, llm_state: Any = None) -> None:
         self._cfg = RagcConfig.model_validate(config)
         self._scfg = self._cfg.serve
         self._auth = Authenticator(self._scfg.auth, self._scfg.http_host)
@@ -78,6 +78,7 @@ class Ingress:
         cache = open_response_cache(self._cfg, redis_url(self._cfg), password)
         self._pipeline = QueryPipeline(self._scfg, stages, cache)
         self._readiness = readiness
+        self._llm_state = llm_state
         self._ready: tuple[float, bool, str | None] = (0.0, False, "not checked yet")
 
     async def ready(self) -> tuple[bool, str | None]:
@@ -125,6 +126,20 @@ class Ingress:
         if parsed.top_k is not None and not 1 <= parsed.top_k <= limits.max_top_k:
             raise BadRequestError(f"top_k must be between 1 and {limits.max_top_k}")
         return parsed.model_copy(update={"query": query})
+
+    async def readyz(self, full: bool) -> Response:
+        """Ready = retrieval can answer (a dead LLM degrades answers to extractive, it does not take the
+        service out of rotation). `?full=1` also waits for the LLM engines (used by `ragc up`)."""
+        ok, reason = await self.ready()
+        llm = "off"
+        if self._llm_state is not None:
+            try:
+                llm = await asyncio.wait_for(self._llm_state(), 5.0)
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                llm = f"unavailable: {type(exc).__name__}"
+        if ok and full and llm not in ("ready", "off"):
+            ok, reason = False, f"LLM {llm}"
+        return JSONResponse({"ready": ok, "reason": reason, "llm": llm}, status_code=200 if ok else 503)
 
     async def handle_query(self, request: Request) -> Response:
         header_id = request.headers.get("x-request-id", "")
@@ -213,9 +228,8 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
             return {"status": "ok"}
 
         @api.get("/readyz", response_model=None)
-        async def readyz(self) -> Response:
-            ok, reason = await self.ready()
-            return JSONResponse({"ready": ok, "reason": reason}, status_code=200 if ok else 503)
+        async def ready_route(self, full: bool = False) -> Response:
+            return await self.readyz(full)
 
         @api.get("/metrics", response_model=None)
         async def prometheus(self) -> Response:

@@ -27,3 +27,7 @@ def observe_stage(stage: str, status: str, seconds: float) -> None:
 
 
 CACHE = Counter("ragc_cache_lookups_total", "Response cache lookups by outcome", ["status"], registry=REGISTRY)
+REMOVED_CITATIONS = Counter(
+    "ragc_removed_citations_total", "Citations in generated answers that pointed at no passage sent", registry=REGISTRY
+)
+UNGROUNDED = Counter("ragc_ungrounded_answers_total", "Generated answers with no valid citation", registry=REGISTRY)

@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from cluster.config import ServeConfig
@@ -41,7 +41,7 @@ class Stages(Protocol):
         self, query: str, passages: list[Passage], top_n: int
     ) -> tuple[list[Passage], StageStatusName]: ...
 
-    async def synthesize(self, query: str, passages: list[Passage]) -> Synthesis: ...
+    def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[str | Synthesis]: ...
 
     async def embed(self, text: str) -> list[float]: ...
 
@@ -185,10 +185,12 @@ class QueryPipeline:
             raise UnavailableError(f"retrieval unavailable: {failure.reason}") from failure
         passages = self._own_tenant_only(retrieved.passages, tenant, request_id)
         degraded = "; ".join(f"{arm} {state}" for arm, state in retrieved.arms.items() if state != "ok")
-        await report("retrieve", "fallback" if degraded else "ok", started, degraded)
+        detail = f"embedded {retrieved.embedded}" + (f"; {degraded}" if degraded else "")
+        await report("retrieve", "fallback" if degraded else "ok", started, detail)
 
+        used = {"query": query, "hyde_passage": hyde_passage}
         if not passages:
-            return self._abstain(reports, retrieved.index_version, request_id, tenant)
+            return {**self._abstain(reports, retrieved.index_version, request_id, tenant), "retrieval_query": used}
 
         started = time.perf_counter()
         if want_rerank:
@@ -206,16 +208,44 @@ class QueryPipeline:
             await report("rerank", "skipped", started, "not requested")
 
         started = time.perf_counter()
+        streamed = False
+
+        async def generate() -> Synthesis:
+            nonlocal streamed
+            final = None
+            async for item in self._stages.synthesize_stream(request.query, passages):
+                if isinstance(item, Synthesis):
+                    final = item
+                elif item:
+                    streamed = True
+                    if emit:
+                        await emit("token", {"text": item})
+            if final is None:
+                raise RuntimeError("synthesis ended without an answer")
+            return final
+
         try:
-            synthesis = await call_stage(
-                "synthesize", lambda: self._stages.synthesize(request.query, passages), cfg.synthesize.timeout_s
-            )
-            await report("synthesize", "ok", started, synthesis.mode)
+            synthesis = await call_stage("synthesize", generate, cfg.synthesize.timeout_s)
+            await report("synthesize", "ok", started, self._synthesis_detail(synthesis))
+            if not streamed:
+                await emit_tokens(synthesis.answer, emit)
         except StageFailure as failure:
             synthesis = extractive_answer(request.query, passages, cfg.synthesize)
             await report("synthesize", "fallback", started, f"extractive answer: {failure.reason}")
-        await emit_tokens(synthesis.answer, emit)
-        return self._response(synthesis, passages, reports, retrieved.index_version, request_id, tenant)
+            if streamed and emit:
+                await emit("reset", {"reason": "generation failed; the extractive answer follows"})
+            await emit_tokens(synthesis.answer, emit)
+        response = self._response(synthesis, passages, reports, retrieved.index_version, request_id, tenant)
+        return {**response, "retrieval_query": used}
+
+    @staticmethod
+    def _synthesis_detail(synthesis: Synthesis) -> str:
+        if not synthesis.grounded:
+            metrics.UNGROUNDED.inc()
+        if synthesis.removed_citations:
+            metrics.REMOVED_CITATIONS.inc(synthesis.removed_citations)
+            return f"{synthesis.mode}; removed {synthesis.removed_citations} citation(s) to passages not sent"
+        return synthesis.mode
 
     @staticmethod
     def _own_tenant_only(passages: list[Passage], tenant: str, request_id: str) -> list[Passage]:

@@ -41,9 +41,18 @@ def rrf_fuse(ranked_lists: list[list[str]], k: int) -> dict[str, float]:
     return scores
 
 
-def query_vector(embedder: Embedder, query: str, hyde_passage: str | None) -> list[float]:
+def embedded_texts(query: str, hyde_passage: str | None, include_original: bool = True) -> dict[str, str]:
+    """What the dense arm embeds: the query, or with HyDE the hypothetical passage (and the query)."""
+    if not hyde_passage:
+        return {"query": query}
+    return {"query": query, "hyde": hyde_passage} if include_original else {"hyde": hyde_passage}
+
+
+def query_vector(
+    embedder: Embedder, query: str, hyde_passage: str | None, include_original: bool = True
+) -> list[float]:
     """The query's vector; with HyDE, the normalised mean of the query and the hypothetical passage."""
-    texts = [query] if not hyde_passage else [query, hyde_passage]
+    texts = list(embedded_texts(query, hyde_passage, include_original).values())
     vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
     mean = vectors.mean(axis=0)
     norm = float(np.linalg.norm(mean)) or 1.0
@@ -175,8 +184,10 @@ class HybridRetriever:
         expr = all_of(eq(ChunkFields.TENANT, tenant), filter_expr)
         arms: dict[str, str] = {}
         vector: list[float] | None = None
+        include_original = self._cfg.serve.rewrite.hyde_include_original
+        embedded = "+".join(embedded_texts(query, hyde_passage, include_original))
         try:
-            vector = query_vector(self._embedder, query, hyde_passage)
+            vector = query_vector(self._embedder, query, hyde_passage, include_original)
         except Exception as exc:  # noqa: BLE001 - the BM25 arm can still answer
             logger.warning("query embedding failed", extra={"error": str(exc)})
             arms["dense"] = f"embedding failed: {exc}"
@@ -196,7 +207,9 @@ class HybridRetriever:
         if not results:
             self._client = None  # reconnect on the next call: a dropped connection must not stick
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
-        return self._fuse(results, arms, vector is not None)
+        result = self._fuse(results, arms, vector is not None)
+        result.embedded = embedded
+        return result
 
     def _fuse(
         self, results: dict[str, list[dict[str, Any]]], arms: dict[str, str], have_vector: bool

@@ -1,24 +1,71 @@
-"""Query rewrite (conversation -> one self-contained query) and HyDE. Until an LLM backend is
-configured the stage passes the query through and says `skipped`."""
+"""Query rewrite (conversation -> one self-contained query) and HyDE, both through the LLM. Every output
+is checked (serve.prompts); a refused or failed part falls back to the original query and says so.
+Without an LLM the stage passes the query through and says `skipped`."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from cluster.config import RagcConfig
-from serve.types import RewriteResult
+from cluster.ttl_cache import TTLCache
+from serve.generation import GenerationParams, as_generator
+from serve.prompts import clean_hyde, clean_rewrite, hyde_messages, recent_history, rewrite_messages
+from serve.types import RewriteResult, StageStatusName
 
 
 class RewriteStage:
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], llm: Any = None) -> None:
         cfg = RagcConfig.model_validate(config)
+        self._cfg = cfg.serve.rewrite
+        self._llm = as_generator(llm)
         self._delay_s = cfg.serve.faults.delay_s.get("rewrite", 0.0)
+        self._cache = TTLCache(self._cfg.cache_entries, self._cfg.cache_ttl_s) if self._cfg.cache_entries else None
 
     async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
         if self._delay_s:
             await asyncio.sleep(self._delay_s)
-        return RewriteResult(query=query, status="skipped", detail="no LLM backend configured")
+        if self._llm is None:
+            return RewriteResult(query=query, status="skipped", detail="no LLM configured")
+        turns = recent_history(history, self._cfg.history_turns, self._cfg.history_max_chars) if rewrite else []
+        key = json.dumps([query, turns, rewrite, hyde])
+        cached = self._cache.get(key) if self._cache is not None else None
+        if cached is not None:
+            return RewriteResult(cached.query, cached.hyde_passage, "cached", cached.detail)
+        result = await self._run(query, turns, rewrite, hyde)
+        if self._cache is not None and result.status == "ok":
+            self._cache.put(key, result)
+        return result
+
+    async def _run(self, query: str, turns: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
+        assert self._llm is not None
+        notes: list[str] = []
+        refused = False
+        used = query
+        if rewrite and turns:
+            raw = await self._llm.generate(rewrite_messages(query, turns), GenerationParams(self._cfg.max_tokens))
+            candidate, reason = clean_rewrite(raw, query, turns, self._cfg.max_query_chars)
+            if candidate is None:
+                refused = True
+                notes.append(f"original query used: {reason}")
+            else:
+                used = candidate
+                notes.append("rewritten")
+        elif rewrite:
+            notes.append("no history to resolve")
+        passage = None
+        if hyde:
+            raw = await self._llm.generate(hyde_messages(used), GenerationParams(self._cfg.hyde_max_tokens))
+            passage = clean_hyde(raw)
+            if passage is None:
+                refused = True
+                notes.append("HyDE passage refused (empty): question embedded alone")
+            else:
+                notes.append("HyDE passage")
+        did_something = used != query or passage is not None
+        status: StageStatusName = "fallback" if refused else ("ok" if did_something else "skipped")
+        return RewriteResult(query=used, hyde_passage=passage, status=status, detail="; ".join(notes))
 
     def check_health(self) -> None:
         return None

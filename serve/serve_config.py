@@ -33,15 +33,19 @@ HELM_END = "  # END generated"
 
 
 def stage_deployments(cfg: RagcConfig) -> dict[str, Any]:
-    """Per-stage Serve options, exactly as `build_app` applies them locally; the Serve YAML and the Helm
-    chart's `serve.deployments` are both rendered from this."""
+    """Per-deployment Serve options (stages and LLM engines), exactly as `build_app` applies them
+    locally; the Serve YAML and the Helm chart's `serve.deployments` are both rendered from this."""
     from serve.app import deployment_options
+    from serve.llm_engine import engine_deployment_name
 
+    named = {stage: cfg.serve.deployment(stage) for stage in STAGES}
+    for engine in cfg.serve.engines_in_use():
+        named[engine_deployment_name(engine)] = cfg.serve.llm.engines[engine].deployment
     out = {}
-    for stage in STAGES:
-        options = deployment_options(stage, cfg.serve.deployment(stage))
+    for name, deployment in named.items():
+        options = deployment_options(name, deployment)
         options.pop("name")
-        out[stage] = options
+        out[name] = options
     return out
 
 

@@ -1,26 +1,23 @@
-"""Answer synthesis. The extractive answer - the passages' best sentences, each cited [n] - is the
-stage's behaviour without an LLM and the ingress's fallback when synthesis times out or fails."""
+"""Answer synthesis: the LLM answers from numbered passages, streaming; its citations are checked
+against the passages sent. The extractive answer - the passages' best sentences, each cited [n] - is
+the stage's behaviour without an LLM and the pipeline's fallback when synthesis times out or fails."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from cluster.config import RagcConfig, SynthesizeConfig
+from serve.generation import GenerationParams, as_generator
+from serve.prompts import synthesis_messages
+from serve.text_terms import terms
 from serve.types import Passage, Synthesis
 
 CITATION = re.compile(r"\[(\d+)\]")
+ORPHAN_SPACE = re.compile(r"[ \t]+([.,;:!?])")  # left where a removed citation stood before punctuation
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-WORD = re.compile(r"[a-z0-9]+")
-_STOPWORDS = (
-    "a an and are as at be by do does for from how i in is it of on or the to what when where which who why with"
-)
-STOPWORDS = frozenset(_STOPWORDS.split(" "))
-
-
-def terms(text: str) -> set[str]:
-    return {w for w in WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1}
 
 
 def best_excerpt(query: str, text: str, max_chars: int) -> str:
@@ -67,21 +64,58 @@ def validate_citations(answer: str, passages_sent: int) -> tuple[str, list[int],
         removed += 1
         return ""
 
-    cleaned = CITATION.sub(check, answer)
+    cleaned = ORPHAN_SPACE.sub(r"\1", CITATION.sub(check, answer))
     cited = sorted({int(m) for m in CITATION.findall(cleaned)})
     return cleaned, cited, removed
 
 
+class EmptyAnswerError(RuntimeError):
+    pass
+
+
 class SynthesizeStage:
-    def __init__(self, config: dict[str, Any]) -> None:
+    """Streams the LLM's answer (text deltas), then yields the checked `Synthesis`; without an LLM it
+    yields the extractive answer alone."""
+
+    def __init__(self, config: dict[str, Any], llm: Any = None) -> None:
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.synthesize
+        self._llm = as_generator(llm)
         self._delay_s = cfg.serve.faults.delay_s.get("synthesize", 0.0)
 
-    async def synthesize(self, query: str, passages: list[Passage]) -> Synthesis:
+    async def synthesize_stream(
+        self, query: str, passages: list[Passage], output_pattern: str | None = None
+    ) -> AsyncIterator[str | Synthesis]:
+        """`output_pattern` constrains the generated text (structured output), e.g. to force a format."""
+        if not passages:
+            raise ValueError("synthesis needs at least one passage (zero passages is the abstention path)")
         if self._delay_s:
             await asyncio.sleep(self._delay_s)
-        return extractive_answer(query, passages, self._cfg)
+        if self._llm is None:
+            yield extractive_answer(query, passages, self._cfg)
+            return
+        params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=output_pattern)
+        pieces: list[str] = []
+        async for piece in self._llm.stream(synthesis_messages(query, passages, self._cfg.passage_max_chars), params):
+            pieces.append(piece)
+            yield piece
+        raw = "".join(pieces).strip()
+        if not raw:
+            raise EmptyAnswerError("the model returned an empty answer")
+        answer, cited, removed = validate_citations(raw, len(passages))
+        yield Synthesis(answer=answer, cited=cited, grounded=bool(cited), mode="llm", removed_citations=removed)
+
+    async def llm_state(self, timeout_s: float = 2.0) -> str:
+        """"ready", "off" (no LLM configured) or "unavailable: <why>" (starting, dead or overloaded)."""
+        if self._llm is None:
+            return "off"
+        try:
+            await asyncio.wait_for(self._llm.ready(), timeout_s)
+        except TimeoutError:
+            return f"unavailable: no answer within {timeout_s:g}s (starting or busy)"
+        except Exception as exc:  # noqa: BLE001 - the state is reported, not raised
+            return f"unavailable: {type(exc).__name__}: {exc}"
+        return "ready"
 
     def check_health(self) -> None:
         return None

@@ -60,6 +60,7 @@ class RetrievalResult:
     index_version: int
     arms: dict[str, str] = field(default_factory=dict)  # arm -> "ok" | error reason
     dropped_below_floor: int = 0
+    embedded: str = "query"  # what the dense arm embedded: query, query+hyde or hyde
 
     @property
     def degraded(self) -> bool:
@@ -116,6 +117,11 @@ class Citation(BaseModel):
     score: float
 
 
+class RetrievalQuery(BaseModel):
+    query: str = Field(description="what was searched: the question, or its rewrite")
+    hyde_passage: str | None = Field(default=None, description="the hypothetical passage embedded with it")
+
+
 class QueryResponse(BaseModel):
     answer: str
     citations: list[Citation]
@@ -126,3 +132,4 @@ class QueryResponse(BaseModel):
     index_version: int
     request_id: str
     tenant: str
+    retrieval_query: RetrievalQuery

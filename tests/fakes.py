@@ -90,11 +90,20 @@ class FakeStages:
         await self._enter("rerank")
         return list(reversed(passages))[:top_n], "ok"
 
-    async def synthesize(self, query, passages):  # type: ignore[no-untyped-def]
+    async def synthesize_stream(self, query, passages):  # type: ignore[no-untyped-def]
+        """Streams "LLM answer [1]" token by token; `synthesize_midstream` fails after the first token."""
+        import asyncio
+
         from serve.types import Synthesis
 
         await self._enter("synthesize")
-        return Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm")
+        for n, piece in enumerate(["LLM ", "answer ", "[1]"]):
+            if n == 1 and "synthesize_midstream" in self.fail:
+                raise RuntimeError("engine died mid-answer")
+            if n == 1 and self.delay_s.get("synthesize_midstream"):
+                await asyncio.sleep(self.delay_s["synthesize_midstream"])
+            yield piece
+        yield Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm")
 
     async def embed(self, text):  # type: ignore[no-untyped-def]
         await self._enter("embed")
@@ -103,3 +112,30 @@ class FakeStages:
     async def index_version(self):  # type: ignore[no-untyped-def]
         await self._enter("index_version")
         return self.version
+
+
+class ScriptedGenerator:
+    """Satisfies serve.generation.TextGenerator: replies with the next scripted text (or raises it when it
+    is an exception), streamed word by word; records the messages and params it was given."""
+
+    def __init__(self, replies: list) -> None:  # type: ignore[type-arg]
+        self.replies = list(replies)
+        self.calls: list[tuple[list[dict[str, str]], object]] = []
+
+    def _next(self, messages, params) -> str:  # type: ignore[no-untyped-def]
+        self.calls.append((messages, params))
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return str(reply)
+
+    async def generate(self, messages, params) -> str:  # type: ignore[no-untyped-def]
+        return self._next(messages, params)
+
+    async def ready(self) -> None:
+        return None
+
+    async def stream(self, messages, params):  # type: ignore[no-untyped-def]
+        text = self._next(messages, params)
+        for word in text.split(" "):
+            yield word + " "

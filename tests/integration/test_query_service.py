@@ -2,7 +2,8 @@
 
 Three applications share one Serve instance: `ragc` (the default config), `faulty` (fault hooks: the
 dense arm fails, synthesis is slower than its timeout, a real cross-encoder reranks) and `mismatch`
-(configured with another embedding model than the collection records)."""
+(configured with another embedding model than the collection records). The LLM is off here (answers
+are extractive); tests/integration/test_llm_service.py runs the app with the vLLM engine."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def service(
         "auth": {"api_keys": {"file": str(keys)}},
         "request_timeout_s": 60,
         "cache": {"l1_max_entries": 0, "ttl_s": CACHE_TTL_S},
+        "llm": {"enabled": False},
     }
     cfg = make_config(milvus_server, redis_server, root / "state", serve=serve_cfg)
     beta_docs = root / "beta"

@@ -19,7 +19,7 @@ CRDS = Path(os.environ.get("RAGC_SHARED_DIR", ROOT.parent / "shared")) / "kubera
 KUBE_VERSION = "1.30.0"
 BASE = {"externalMilvus": {"uri": "http://milvus.example:19530"}, "existingSecret": "ragc-secrets"}
 RAY_KINDS = {"RayService": "rayservices", "RayJob": "rayjobs", "RayCronJob": "raycronjobs"}
-STAGES = {"ingress", "rewrite", "retrieve", "rerank", "synthesize"}
+DEPLOYMENTS = {"ingress", "rewrite", "retrieve", "rerank", "synthesize", "llm_default"}
 
 
 def values_file(name: str) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def test_serve_config_parses_and_every_stage_autoscales_on_its_own(name: str) ->
     config = serve_config(render(VALUE_SETS[name]))
     ServeDeploySchema.model_validate(config)
     deployments = {d["name"]: d for d in config["applications"][0]["deployments"]}
-    assert set(deployments) == STAGES
+    assert set(deployments) == DEPLOYMENTS
     for options in deployments.values():
         AutoscalingConfig(**options["autoscaling_config"])
 
@@ -130,9 +130,11 @@ def test_chart_serve_block_is_generated_from_the_config_tree() -> None:
 def test_gpu_values_put_model_stages_on_gpu_workers() -> None:
     docs = render(VALUE_SETS["gpu"])
     deployments = {d["name"]: d for d in serve_config(docs)["applications"][0]["deployments"]}
-    for stage in ("retrieve", "rerank", "synthesize"):
-        assert deployments[stage]["ray_actor_options"]["num_gpus"] > 0
-    assert deployments["ingress"]["ray_actor_options"]["num_gpus"] == 0
+    for stage in ("retrieve", "rerank"):
+        assert 0 < deployments[stage]["ray_actor_options"]["num_gpus"] < 1
+    assert deployments["llm_default"]["ray_actor_options"]["num_gpus"] == 1, "a vLLM engine owns its GPU"
+    for stage in ("ingress", "rewrite", "synthesize"):
+        assert deployments[stage]["ray_actor_options"]["num_gpus"] == 0
     service = next(d for d in docs if d["kind"] == "RayService")
     groups = {g["groupName"]: g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
     container = groups["gpu"]["template"]["spec"]["containers"][0]

