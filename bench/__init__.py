@@ -20,4 +20,8 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.cache import bench_cache
 
         return bench_cache(cfg, args.dataset, args.limit, args.questions)
+    if args.target == "llm":
+        from bench.llm import bench_llm
+
+        return bench_llm(cfg, args.dataset, args.limit)
     raise ValueError(f"unknown bench target {args.target!r}")

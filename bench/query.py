@@ -138,6 +138,7 @@ def bench_config(cfg: RagcConfig) -> RagcConfig:
     cfg.serve.http_host = "127.0.0.1"
     cfg.serve.retrieve.similarity_floor = -1.0  # the reference has no floor: rerank the same candidate count
     cfg.serve.cache.enabled = False  # the reference has no cache; `ragc bench cache` measures it
+    cfg.serve.llm.enabled = False  # nor an LLM (extractive answers on both sides); `ragc bench llm` measures it
     # throughput, not SLOs: the reference has no stage timeouts either, so ours must not shed load
     cfg.serve.request_timeout_s = 300.0
     for stage_cfg in (cfg.serve.retrieve, cfg.serve.rerank, cfg.serve.synthesize, cfg.serve.rewrite):

@@ -205,9 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    bench.add_argument("target", choices=["ingest", "query", "cache"])
-    bench.add_argument("--dataset", type=Path, required=True, help="BEIR folder (corpus*.jsonl)")
-    bench.add_argument("--limit", type=int, default=0, help="use only the first N documents (0 = all)")
+    bench.add_argument("target", choices=["ingest", "query", "cache", "llm"])
+    bench.add_argument(
+        "--dataset", type=Path, required=True, help="BEIR folder (corpus*.jsonl); llm: the TREC CAsT folder"
+    )
+    bench.add_argument("--limit", type=int, default=0, help="first N documents (llm: follow-up turns); 0 = all")
     bench.add_argument("--clients", type=int, default=16, help="query: concurrent closed-loop clients")
     bench.add_argument("--duration", type=float, default=30.0, help="query: seconds of load per system")
     bench.add_argument("--questions", type=int, default=100, help="cache: labelled questions asked")

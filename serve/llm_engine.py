@@ -91,5 +91,15 @@ class LLMEngine:
         """Fault hook for resilience tests (reachable through a handle only, never over HTTP)."""
         self._injected_delay_s = max(0.0, float(seconds))
 
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
     async def check_health(self) -> None:
         await self._engine.check_health()
+
+    async def ready(self) -> None:
+        """`TextGenerator.ready`: the engine can be used in-process (benchmarks, `ragc eval`) as well."""
+        await self.check_health()
+
+    def shutdown(self) -> None:
+        self._engine.shutdown()
