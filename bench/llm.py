@@ -116,6 +116,8 @@ async def rewrite_quality(stage: RewriteStage, turns: list[dict[str, Any]]) -> d
 
 
 def bench_llm(cfg: RagcConfig, dataset: Path, limit: int, max_tokens: int = 96) -> int:
+    """Baseline: the bare engine measured while Ray and Serve run idle beside it (on a small machine their
+    background processes take CPU from the engine too); the figure before Ray started is printed as well."""
     from ray import serve
 
     from serve.app import deployment_options
@@ -123,29 +125,28 @@ def bench_llm(cfg: RagcConfig, dataset: Path, limit: int, max_tokens: int = 96) 
 
     engine_name = cfg.serve.synthesize.engine
     config = cfg.model_dump(mode="json")
-
-    async def in_process() -> tuple[dict[str, float], dict[str, Any], Any]:
-        engine = LLMEngine(config, engine_name)
-        figures = await measure(engine, engine.count_tokens, max_tokens)
-        quality = await rewrite_quality(RewriteStage(config, engine), cast_turns(dataset, limit))
-        engine.shutdown()
-        return figures, quality, engine.count_tokens
-
-    bare, quality, count_tokens = asyncio.run(in_process())
-    print(json.dumps({"stage": "bare engine", **bare, "rewrite": quality}), flush=True)
-
+    engine = LLMEngine(config, engine_name)
+    loop = asyncio.new_event_loop()
+    before_ray = loop.run_until_complete(measure(engine, engine.count_tokens, max_tokens))
+    quality = loop.run_until_complete(rewrite_quality(RewriteStage(config, engine), cast_turns(dataset, limit)))
+    print(json.dumps({"bare_before_ray": before_ray, "rewrite": quality}), flush=True)
     ensure_ray(cfg)
+    serve.start(http_options={"host": "127.0.0.1", "port": 0})
+    bare = loop.run_until_complete(measure(engine, engine.count_tokens, max_tokens))
+    engine.shutdown()
+    loop.close()
+
     deployment = cfg.serve.llm.engines[engine_name].deployment.model_copy(update={"num_cpus": 0.0})
     options = deployment_options(engine_deployment_name(engine_name), deployment)
-    handle = serve.run(
-        serve.deployment(**options)(LLMEngine).bind(config, engine_name), name="bench-llm", route_prefix=None
-    )
-    served = asyncio.run(measure(HandleGenerator(handle), count_tokens, max_tokens))
+    app = serve.deployment(**options)(LLMEngine).bind(config, engine_name)
+    handle = serve.run(app, name="bench-llm", route_prefix=None)
+    served = asyncio.run(measure(HandleGenerator(handle), engine.count_tokens, max_tokens))
     serve.delete("bench-llm")
     report = {
         "bench": "llm",
         "model": cfg.serve.llm.engines[engine_name].model,
         "max_tokens": max_tokens,
+        "bare_before_ray_tokens_per_s": {k: round(v, 1) for k, v in before_ray.items()},
         "bare_tokens_per_s": {k: round(v, 1) for k, v in bare.items()},
         "serve_tokens_per_s": {k: round(v, 1) for k, v in served.items()},
         "ratio_single": round(served["single"] / bare["single"], 3),

@@ -247,7 +247,12 @@ class RerankConfig(Section):
 
 class RewriteConfig(Section):
     timeout_s: float = Field(default=10.0, gt=0, description="rewrite + HyDE together (CPU default; tighten on GPU)")
-    rewrite_default: bool = Field(default=True, description="rewrite follow-ups when the request does not say")
+    rewrite_default: bool = Field(
+        default=False,
+        description="rewrite follow-ups when the request does not say; off by default because the packaged "
+        "SmolLM2-135M rewrites worse than the raw utterance on TREC CAsT (`ragc bench llm`); turn it on "
+        "with a real instruct model",
+    )
     hyde_default: bool = Field(default=False, description="HyDE when the request does not say")
     engine: str = Field(default="default", description="the `serve.llm.engines` entry that rewrites")
     history_turns: int = Field(default=4, ge=0, description="conversation turns the rewrite sees")

@@ -90,9 +90,9 @@ def build_app(cfg: RagcConfig) -> serve.Application:
     config = cfg.model_dump(mode="json")
     scfg = cfg.serve
     engines = {
-        name: serve.deployment(
-            **deployment_options(engine_deployment_name(name), scfg.llm.engines[name].deployment)
-        )(LLMEngine).bind(config, name)
+        name: serve.deployment(**deployment_options(engine_deployment_name(name), scfg.llm.engines[name].deployment))(
+            LLMEngine
+        ).bind(config, name)
         for name in scfg.engines_in_use()
     }
     llm_of = {"rewrite": scfg.rewrite.engine, "synthesize": scfg.synthesize.engine}

@@ -97,6 +97,9 @@ class Ingress:
         ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if ctype not in ("application/json", ""):
             raise _HTTPError(415, f"content type {ctype!r} is not supported; send application/json")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limits.max_body_bytes:  # refused before it is read
+            raise _HTTPError(413, f"body too large ({declared} bytes > {limits.max_body_bytes})")
         body = await request.body()
         if len(body) > limits.max_body_bytes:
             raise _HTTPError(413, f"body too large ({len(body)} bytes > {limits.max_body_bytes})")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -11,6 +10,7 @@ from typing import Any
 
 from cluster.config import LLMEngineConfig, RagcConfig
 from cluster.llm_models import resolve_llm_path
+from serve.faults import FaultHooks
 from serve.generation import GenerationParams, Messages
 
 
@@ -25,7 +25,7 @@ def prepare_cpu_environment(cfg: LLMEngineConfig) -> None:
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
-class LLMEngine:
+class LLMEngine(FaultHooks):
     def __init__(self, config: dict[str, Any], engine: str) -> None:
         cfg = RagcConfig.model_validate(config)
         ecfg = cfg.serve.llm.engines[engine]
@@ -49,7 +49,6 @@ class LLMEngine:
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self._max_prompt_tokens = ecfg.max_model_len
-        self._injected_delay_s = 0.0
 
     def _prompt(self, messages: Messages, max_tokens: int) -> str:
         prompt = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -74,8 +73,7 @@ class LLMEngine:
 
     async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
         """Text deltas as the engine produces them; a cancelled caller aborts the engine request."""
-        if self._injected_delay_s:
-            await asyncio.sleep(self._injected_delay_s)
+        await self._injected_delay()
         prompt = self._prompt(messages, params.max_tokens)
         sent = 0
         async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
@@ -86,10 +84,6 @@ class LLMEngine:
 
     async def generate(self, messages: Messages, params: GenerationParams) -> str:
         return "".join([piece async for piece in self.stream(messages, params)])
-
-    def inject_delay(self, seconds: float) -> None:
-        """Fault hook for resilience tests (reachable through a handle only, never over HTTP)."""
-        self._injected_delay_s = max(0.0, float(seconds))
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -19,8 +19,14 @@ SYNTHESIS_SYSTEM = (
 )
 REWRITE_SYSTEM = (
     "Rewrite the user's last question as one self-contained search query, resolving words like it, they, "
-    "that or this from the conversation. Reply with the query only, on one line."
+    "that or this from the conversation. Do not answer it. Reply with the query only, on one line.\n"
+    "Example - conversation: user: What is throat cancer? / last question: Is it treatable? / "
+    "query: Is throat cancer treatable?"
 )
+# A rewrite resolves references; it must keep at least this share of the question's own content words.
+REWRITE_MIN_KEPT = 0.5
+# One line of text: generation stops at the end of the query instead of running on into an answer.
+REWRITE_PATTERN = r"[^\n]{1,300}"
 HYDE_SYSTEM = "Write a short, factual passage (two or three sentences) that answers the question. No preamble."
 
 _PREAMBLE = re.compile(
@@ -66,6 +72,9 @@ def clean_rewrite(raw: str, query: str, history: list[dict[str, str]], max_chars
     conversation = terms(query) | set().union(*(terms(t["content"]) for t in history))
     if not terms(text) & conversation:
         return None, "rewrite shares no word with the conversation"
+    own = terms(query)
+    if own and len(own & terms(text)) / len(own) < REWRITE_MIN_KEPT:
+        return None, "rewrite drops the question's own words"
     return text, ""
 
 

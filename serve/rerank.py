@@ -11,6 +11,7 @@ from ray import serve
 
 from cluster.config import RagcConfig, RerankConfig
 from cluster.models import pick_device, resolve_model_path, set_torch_threads
+from serve.faults import FaultHooks
 from serve.types import Passage, StageStatusName
 
 Pairs = list[tuple[str, str]]
@@ -45,13 +46,13 @@ def order_by_scores(passages: list[Passage], scores: list[float], top_n: int) ->
     return out
 
 
-class RerankStage:
+class RerankStage(FaultHooks):
     """Serve deployment. Without a configured model every call is `skipped` and keeps the fusion order."""
 
     def __init__(self, config: dict[str, Any], scorer: PairScorer | None = None) -> None:
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.rerank
-        self._delay_s = cfg.serve.faults.delay_s.get("rerank", 0.0)
+        self.inject_delay(cfg.serve.faults.delay_s.get("rerank", 0.0))
         self._scorer = scorer or (CrossEncoderScorer(self._cfg) if self._cfg.model else None)
         batcher: Any = self._score_batch
         batcher.set_max_batch_size(self._cfg.batch_max_size)
@@ -72,8 +73,7 @@ class RerankStage:
     async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
         if self._scorer is None:
             return passages[:top_n], "skipped"
-        if self._delay_s:
-            await asyncio.sleep(self._delay_s)
+        await self._injected_delay()
         head = passages[: self._cfg.depth]
         scores = await self._score_batch([(query, p.text) for p in head])
         return order_by_scores(head, scores, top_n), "ok"

@@ -22,6 +22,7 @@ from cluster.store.collections import CollectionMismatchError, Collections
 from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
 from cluster.ttl_cache import TTLCache
+from serve.faults import FaultHooks
 from serve.types import Passage, RetrievalResult
 
 logger = logging.getLogger(__name__)
@@ -235,20 +236,19 @@ class HybridRetriever:
         return RetrievalResult(passages[: self._rcfg.pool_size], self.index_version(), arms, dropped)
 
 
-class RetrieveStage:
+class RetrieveStage(FaultHooks):
     """Serve deployment: one retriever (embedder + Milvus client) per replica."""
 
     def __init__(self, config: dict[str, Any], retriever: HybridRetriever | None = None) -> None:
         cfg = RagcConfig.model_validate(config)
-        self._delay_s = cfg.serve.faults.delay_s.get("retrieve", 0.0)
+        self.inject_delay(cfg.serve.faults.delay_s.get("retrieve", 0.0))
         self._retriever = retriever or HybridRetriever(cfg)
         self._retriever.warm_up()
 
     async def retrieve(
         self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None = None
     ) -> RetrievalResult:
-        if self._delay_s:
-            await asyncio.sleep(self._delay_s)
+        await self._injected_delay()
         return await asyncio.to_thread(self._retriever.retrieve, tenant, query, filter_expr, hyde_passage)
 
     async def embed(self, text: str) -> list[float]:

@@ -4,28 +4,34 @@ Without an LLM the stage passes the query through and says `skipped`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from cluster.config import RagcConfig
 from cluster.ttl_cache import TTLCache
+from serve.faults import FaultHooks
 from serve.generation import GenerationParams, as_generator
-from serve.prompts import clean_hyde, clean_rewrite, hyde_messages, recent_history, rewrite_messages
+from serve.prompts import (
+    REWRITE_PATTERN,
+    clean_hyde,
+    clean_rewrite,
+    hyde_messages,
+    recent_history,
+    rewrite_messages,
+)
 from serve.types import RewriteResult, StageStatusName
 
 
-class RewriteStage:
+class RewriteStage(FaultHooks):
     def __init__(self, config: dict[str, Any], llm: Any = None) -> None:
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.rewrite
         self._llm = as_generator(llm)
-        self._delay_s = cfg.serve.faults.delay_s.get("rewrite", 0.0)
+        self.inject_delay(cfg.serve.faults.delay_s.get("rewrite", 0.0))
         self._cache = TTLCache(self._cfg.cache_entries, self._cfg.cache_ttl_s) if self._cfg.cache_entries else None
 
     async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
-        if self._delay_s:
-            await asyncio.sleep(self._delay_s)
+        await self._injected_delay()
         if self._llm is None:
             return RewriteResult(query=query, status="skipped", detail="no LLM configured")
         turns = recent_history(history, self._cfg.history_turns, self._cfg.history_max_chars) if rewrite else []
@@ -44,7 +50,8 @@ class RewriteStage:
         refused = False
         used = query
         if rewrite and turns:
-            raw = await self._llm.generate(rewrite_messages(query, turns), GenerationParams(self._cfg.max_tokens))
+            params = GenerationParams(self._cfg.max_tokens, regex=REWRITE_PATTERN)
+            raw = await self._llm.generate(rewrite_messages(query, turns), params)
             candidate, reason = clean_rewrite(raw, query, turns, self._cfg.max_query_chars)
             if candidate is None:
                 refused = True

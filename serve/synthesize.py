@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from cluster.config import RagcConfig, SynthesizeConfig
+from serve.faults import FaultHooks
 from serve.generation import GenerationParams, as_generator
 from serve.prompts import synthesis_messages
 from serve.text_terms import terms
@@ -73,7 +74,7 @@ class EmptyAnswerError(RuntimeError):
     pass
 
 
-class SynthesizeStage:
+class SynthesizeStage(FaultHooks):
     """Streams the LLM's answer (text deltas), then yields the checked `Synthesis`; without an LLM it
     yields the extractive answer alone."""
 
@@ -81,7 +82,7 @@ class SynthesizeStage:
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.synthesize
         self._llm = as_generator(llm)
-        self._delay_s = cfg.serve.faults.delay_s.get("synthesize", 0.0)
+        self.inject_delay(cfg.serve.faults.delay_s.get("synthesize", 0.0))
 
     async def synthesize_stream(
         self, query: str, passages: list[Passage], output_pattern: str | None = None
@@ -89,8 +90,7 @@ class SynthesizeStage:
         """`output_pattern` constrains the generated text (structured output), e.g. to force a format."""
         if not passages:
             raise ValueError("synthesis needs at least one passage (zero passages is the abstention path)")
-        if self._delay_s:
-            await asyncio.sleep(self._delay_s)
+        await self._injected_delay()
         if self._llm is None:
             yield extractive_answer(query, passages, self._cfg)
             return
@@ -106,7 +106,7 @@ class SynthesizeStage:
         yield Synthesis(answer=answer, cited=cited, grounded=bool(cited), mode="llm", removed_citations=removed)
 
     async def llm_state(self, timeout_s: float = 2.0) -> str:
-        """"ready", "off" (no LLM configured) or "unavailable: <why>" (starting, dead or overloaded)."""
+        """ "ready", "off" (no LLM configured) or "unavailable: <why>" (starting, dead or overloaded)."""
         if self._llm is None:
             return "off"
         try:

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
 
 from cluster.cli import DEMO_CORPUS
 from cluster.config import RagcConfig
@@ -341,6 +343,72 @@ def test_changed_index_misses_the_cache(service: dict[str, Any], tmp_path: Path)
     assert run_sync(service["cfg"], docs, "beta", prune=True).changed_anything
     time.sleep(service["cfg"].serve.retrieve.index_version_ttl_s + 0.5)
     assert cache_status(ask(service, {"query": question}, headers=BETA)) == "miss"
+
+
+def test_hostile_bodies_are_4xx(service: dict[str, Any]) -> None:
+    url = f"{service['base']}/v1/query"
+    json_headers = {**ALPHA, "content-type": "application/json"}
+    huge = httpx.post(url, content=b'{"query": "' + b"a" * 3_000_000 + b'"}', headers=json_headers, timeout=60)
+    deep = httpx.post(
+        url,
+        content=b'{"query": "q", "filters": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        headers=json_headers,
+        timeout=60,
+    )
+    form = httpx.post(url, files={"query": ("q.txt", b"tenants")}, headers=ALPHA, timeout=60)
+    nul = httpx.post(url, json={"query": "tenants\u0000"}, headers=ALPHA, timeout=60)
+    bad_history = httpx.post(url, json={"query": "q", "history": [{"role": "root", "content": "x"}]}, headers=ALPHA)
+    for response, status in [(huge, 413), (deep, 400), (form, 415), (nul, 400), (bad_history, 400)]:
+        assert response.status_code == status, (status, response.status_code, response.text[:300])
+        assert response.json()["error"]
+
+
+@pytest.fixture
+def api_schema(service: dict[str, Any]) -> Any:
+    return schemathesis.openapi.from_url(f"{service['base']}/openapi.json")
+
+
+fuzz_schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@fuzz_schema.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_fuzzed_requests_never_get_a_5xx(case: Any) -> None:
+    response = case.call(headers=ALPHA, timeout=60)
+    assert response.status_code < 500, (case.method, case.path, case.body, response.text[:300])
+
+
+def test_load_smoke_meets_its_slos(service: dict[str, Any], tmp_path: Path) -> None:
+    """A short bounded Locust run (loadtests/profiles/smoke.yaml: 4 users, 35 s) with two tenants' keys."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAGC_LOADTEST_PROFILE": "smoke", "RAGC_LOADTEST_KEYS": json.dumps(KEYS)}
+    argv = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        "loadtests/locustfile.py",
+        "--headless",
+        "--host",
+        service["base"],
+        "--csv",
+        str(tmp_path / "run"),
+        "--html",
+        str(tmp_path / "report.html"),
+        "--only-summary",
+    ]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, check=False)
+    summary_line = next((line for line in done.stdout.splitlines() if line.startswith('{"loadtest": "summary"')), None)
+    assert summary_line, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads(summary_line)
+    total = summary["stats"]["Aggregated"]
+    assert done.returncode == 0 and summary["slo_ok"], summary["violations"]
+    assert total["requests"] >= 20 and total["failures"] == 0, total
+    assert {"query:fresh", "query:cached", "query:stream"} <= set(summary["stats"])
+    assert (tmp_path / "report.html").stat().st_size > 10_000 and (tmp_path / "run_stats.csv").exists()
 
 
 def test_redis_outage_is_a_bypass_and_hits_resume(service: dict[str, Any], redis_server: dict[str, Any]) -> None:
