@@ -8,7 +8,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration lint bench-ingest clean
+.PHONY: setup system-deps demo up down status test test-unit test-integration lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -60,6 +60,13 @@ test: lint test-unit test-integration
 bench-ingest: setup
 	HF_HUB_OFFLINE=1 $(RAGC) up --no-app
 	HF_HUB_OFFLINE=1 $(RAGC) bench ingest --dataset ../shared/data/scifact --limit $${LIMIT:-0}
+
+# Against a running cluster (`make demo` / `ragc up`): PROFILE=smoke|steady|spike, HOST=..., and
+# RAGC_LOADTEST_KEYS='{"key": "tenant"}' when auth is on. CSV + HTML report in .ragc/loadtest/.
+loadtest: setup
+	mkdir -p .ragc/loadtest
+	RAGC_LOADTEST_PROFILE=$${PROFILE:-steady} $(PY) -m locust -f loadtests/locustfile.py --headless \
+	  --host $${HOST:-http://127.0.0.1:8000} --csv .ragc/loadtest/run --html .ragc/loadtest/report.html --only-summary
 
 clean:
 	-$(RAGC) down

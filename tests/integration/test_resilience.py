@@ -68,8 +68,11 @@ class LoadLoop:
                 started = time.monotonic()
                 try:
                     response = client.post(self.url, json=body, headers=KEY)
-                    parsed = response.json() if response.content else {}
                     status = response.status_code
+                    try:
+                        parsed = response.json()
+                    except ValueError:
+                        parsed = {"not_json": response.text[:300]}
                 except httpx.HTTPError as exc:
                     parsed, status = {"error": f"client: {exc!r}"}, 0
                 with self._lock:
@@ -87,8 +90,9 @@ class LoadLoop:
             thread.join(timeout=DEADLINE_S + 40)
 
     def since(self, t: float) -> list[Outcome]:
+        """Requests that were running at `t` or started after it."""
         with self._lock:
-            return [o for o in self.outcomes if o.started >= t]
+            return [o for o in self.outcomes if o.started + o.seconds >= t]
 
 
 def assert_well_behaved(outcomes: list[Outcome]) -> None:
