@@ -196,11 +196,17 @@ def test_killed_replica_is_replaced_while_loaded(service: dict[str, Any], deploy
         )
         time.sleep(3)
     outcomes = load.since(killed_at)
+    lost: list[Outcome] = []
+    if deployment == "ingress":
+        # A request being handled by the ingress replica that dies is lost: Serve's HTTP proxy answers 500
+        # and cannot retry a POST mid-flight. Only those may fail; everything that arrives later is served.
+        lost = [o for o in outcomes if o.started < killed_at and o.status == 500]
+        outcomes = [o for o in outcomes if o not in lost]
     assert_well_behaved(outcomes)
     codes = {o.status for o in outcomes}
     print(
-        f"{deployment} replica killed: {len(outcomes)} requests, codes {sorted(codes)}, recovered in "
-        f"{recovered_in:.0f}s"
+        f"{deployment} replica killed: {len(outcomes)} requests, codes {sorted(codes)}, in flight and lost "
+        f"{len(lost)}, recovered in {recovered_in:.0f}s"
     )
 
 
