@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -68,12 +69,12 @@ async def tokens_per_s(llm: TextGenerator, count_tokens: Any, concurrency: int, 
     return sum(counts) / (time.perf_counter() - started)
 
 
-async def measure(llm: TextGenerator, count_tokens: Any, max_tokens: int) -> dict[str, float]:
-    await tokens_per_s(llm, count_tokens, 1, 8)  # warm-up
-    return {
-        "single": await tokens_per_s(llm, count_tokens, 1, max_tokens),
-        "concurrent_8": await tokens_per_s(llm, count_tokens, 8, max_tokens),
-    }
+async def measure(llm: TextGenerator, count_tokens: Any, max_tokens: int, repeats: int = 3) -> dict[str, float]:
+    """Median of `repeats` runs of each (the machine is shared and noisy), after a warm-up."""
+    await tokens_per_s(llm, count_tokens, 1, 8)
+    single = [await tokens_per_s(llm, count_tokens, 1, max_tokens) for _ in range(repeats)]
+    concurrent = [await tokens_per_s(llm, count_tokens, 8, max_tokens) for _ in range(repeats)]
+    return {"single": statistics.median(single), "concurrent_8": statistics.median(concurrent)}
 
 
 def cast_turns(dataset: Path, limit: int) -> list[dict[str, Any]]:

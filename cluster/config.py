@@ -233,6 +233,12 @@ class RetrieveConfig(Section):
         default=0.30, ge=-1, le=1, description="candidates whose dense cosine is below this are dropped"
     )
     hnsw_ef: int = Field(default=128, gt=0)
+    search_timeout_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="client-side deadline of each Milvus search; when both arms miss it the connection is "
+        "rebuilt on the next request, so a restarted Milvus is found again instead of waiting on gRPC backoff",
+    )
     index_version_ttl_s: float = Field(default=2.0, ge=0)
 
 

@@ -143,6 +143,7 @@ class HybridRetriever:
             limit=self._rcfg.dense_candidates,
             filter=expr,
             output_fields=list(ChunkFields.OUTPUT),
+            timeout=self._rcfg.search_timeout_s,
             search_params={
                 "metric_type": "COSINE",
                 "params": {"ef": max(self._rcfg.hnsw_ef, self._rcfg.dense_candidates)},
@@ -160,6 +161,7 @@ class HybridRetriever:
             limit=self._rcfg.bm25_candidates,
             filter=expr,
             output_fields=[*ChunkFields.OUTPUT, ChunkFields.DENSE],
+            timeout=self._rcfg.search_timeout_s,
             search_params={"metric_type": "BM25"},
         )[0]
         out = []
