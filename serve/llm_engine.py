@@ -12,6 +12,7 @@ from cluster.config import LLMEngineConfig, RagcConfig
 from cluster.llm_models import resolve_llm_path
 from serve.faults import FaultHooks
 from serve.generation import GenerationParams, Messages
+from serve.orphan_guard import guard_children
 
 
 def engine_deployment_name(engine: str) -> str:
@@ -47,6 +48,7 @@ class LLMEngine(FaultHooks):
             gpu_memory_utilization=ecfg.gpu_memory_utilization,
         )
         self._engine = AsyncLLM.from_engine_args(args)
+        self._watchdog = guard_children()
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self._max_prompt_tokens = ecfg.max_model_len
 

@@ -40,6 +40,15 @@ QUESTIONS = (
 )
 
 
+_probes = iter(range(10**9))
+
+
+def probe(query: str) -> dict[str, Any]:
+    """A request no cache level can answer: the conversation tail is part of every cache key, so a unique
+    history turn makes each one run the stages (which is what a fault must be seen in)."""
+    return {"query": query, "rewrite": True, "history": [{"role": "user", "content": f"probe {next(_probes)}"}]}
+
+
 @dataclass
 class Outcome:
     started: float
@@ -62,8 +71,7 @@ class LoadLoop:
         n = 0
         with httpx.Client(timeout=DEADLINE_S + 30) as client:
             while not self._stop.is_set() and len(self.outcomes) < self.max_requests:
-                # a counter in the question keeps most requests off the cache, so faults are seen
-                body = {"query": f"{QUESTIONS[n % len(QUESTIONS)]} ({worker}.{n})", "rewrite": True}
+                body = probe(QUESTIONS[n % len(QUESTIONS)])
                 n += 1
                 started = time.monotonic()
                 try:
@@ -162,7 +170,7 @@ def service(servers: dict[str, Any], ray_session: None, tmp_path_factory: pytest
 
 
 def ask(service: dict[str, Any], query: str = "How are tenants kept apart?") -> httpx.Response:
-    return httpx.post(service["url"], json={"query": query, "rewrite": True}, headers=KEY, timeout=DEADLINE_S + 30)
+    return httpx.post(service["url"], json=probe(query), headers=KEY, timeout=DEADLINE_S + 30)
 
 
 def replica_actors(deployment: str) -> list[dict[str, str]]:
@@ -237,7 +245,7 @@ def test_reranker_slower_than_its_timeout_while_loaded(service: dict[str, Any]) 
 
     rerank = serve.get_deployment_handle("rerank", app_name=APP)
     with LoadLoop(service["url"]) as load:
-        rerank.inject_delay.remote(30).result()
+        rerank.inject_delay.remote(6).result()  # > its 3 s timeout; short, so stalled calls drain
         slowed_at = time.monotonic()
         time.sleep(8)
         slow = ask(service)
