@@ -65,7 +65,15 @@ async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: fl
         raise
     except Exception as exc:
         logger.warning("stage failed", extra={"stage": stage, "error": repr(exc)})
-        raise StageFailure(f"{type(exc).__name__}: {exc}") from exc
+        raise StageFailure(failure_reason(exc)) from exc
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for the client: a remote stage's own exception, not Ray's wrapper and traceback."""
+    cause = getattr(exc, "cause", None)
+    root = cause if isinstance(cause, BaseException) else exc
+    lines = str(root).strip().splitlines()
+    return f"{type(root).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
 async def emit_tokens(answer: str, emit: Emit | None) -> None:

@@ -97,3 +97,15 @@ def test_request_deadline_is_a_504() -> None:
     ingress = Ingress(cfg.model_dump(mode="json"), FakeStages(passages(), delay_s={"retrieve": 2.0}), ready)
     with pytest.raises(DeadlineError, match="deadline"):
         asyncio.run(ingress._run_with_deadline(QueryRequest(query="q"), "t1", "", "r"))
+
+
+def test_remote_failures_are_reported_by_their_cause() -> None:
+    from serve.pipeline import failure_reason
+
+    class Wrapped(Exception):
+        def __init__(self) -> None:
+            super().__init__("ray::ServeReplica traceback\n  File x\nRuntimeError: both arms failed")
+            self.cause = RuntimeError("both retrieval arms failed: dense: timeout")
+
+    assert failure_reason(Wrapped()) == "RuntimeError: both retrieval arms failed: dense: timeout"
+    assert failure_reason(ValueError("a\nb")) == "ValueError: b"
