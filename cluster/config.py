@@ -299,6 +299,9 @@ class LLMEngineConfig(Section):
     enforce_eager: bool = Field(default=True, description="skip graph capture/compilation (fast start on CPU)")
     max_num_seqs: int = Field(default=16, gt=0, description="sequences batched by the engine")
     kv_cache_gb: float = Field(default=1.0, gt=0, description="CPU only: VLLM_CPU_KVCACHE_SPACE")
+    stream_interval: int = Field(
+        default=4, ge=1, description="tokens per streamed chunk: fewer, larger messages through Serve"
+    )
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1, description="GPU only")
     tensor_parallel_size: int = Field(default=1, ge=1)
     deployment: DeploymentConfig = Field(default_factory=_llm_deployment)

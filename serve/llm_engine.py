@@ -51,6 +51,7 @@ class LLMEngine(FaultHooks):
         self._watchdog = guard_children()
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self._max_prompt_tokens = ecfg.max_model_len
+        self._stream_interval = ecfg.stream_interval
 
     def _prompt(self, messages: Messages, max_tokens: int) -> str:
         prompt = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -60,8 +61,7 @@ class LLMEngine(FaultHooks):
             raise ValueError(f"prompt of {used} tokens + {max_tokens} to generate exceeds max_model_len {limit}")
         return str(prompt)
 
-    @staticmethod
-    def _sampling(params: GenerationParams) -> Any:
+    def _sampling(self, params: GenerationParams) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -71,6 +71,7 @@ class LLMEngine(FaultHooks):
             temperature=params.temperature,
             stop=list(params.stop) or None,
             structured_outputs=structured,
+            stream_interval=self._stream_interval,
         )
 
     async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
