@@ -50,16 +50,11 @@ class LLMEngine(FaultHooks):
         self._engine = AsyncLLM.from_engine_args(args)
         self._watchdog = guard_children()
         self._tokenizer = AutoTokenizer.from_pretrained(path)
-        self._max_prompt_tokens = ecfg.max_model_len
         self._stream_interval = ecfg.stream_interval
 
-    def _prompt(self, messages: Messages, max_tokens: int) -> str:
-        prompt = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        used = len(self._tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        if used + max_tokens > self._max_prompt_tokens:
-            limit = self._max_prompt_tokens
-            raise ValueError(f"prompt of {used} tokens + {max_tokens} to generate exceeds max_model_len {limit}")
-        return str(prompt)
+    def _prompt(self, messages: Messages) -> str:
+        # vLLM tokenizes the prompt itself and refuses one longer than max_model_len (the stage falls back).
+        return str(self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
     def _sampling(self, params: GenerationParams) -> Any:
         from vllm import SamplingParams
@@ -77,7 +72,7 @@ class LLMEngine(FaultHooks):
     async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
         """Text deltas as the engine produces them; a cancelled caller aborts the engine request."""
         await self._injected_delay()
-        prompt = self._prompt(messages, params.max_tokens)
+        prompt = self._prompt(messages)
         sent = 0
         async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
             text = output.outputs[0].text
