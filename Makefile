@@ -47,7 +47,7 @@ status:
 
 lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m mypy cluster serve ingest_jobs bench
+	$(PY) -m mypy cluster serve ingest_jobs bench evals
 
 test-unit: setup
 	$(PYTEST) tests/unit -q $(OK5)

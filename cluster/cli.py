@@ -144,6 +144,45 @@ def cmd_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
     return run_bench(cfg, args)
 
 
+def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from evals.runner import EvalRequest, run_eval, stdout_summary
+
+    request = EvalRequest(
+        dataset=args.dataset,
+        split=args.split,
+        pipelines=[p for group in args.pipeline for p in group.split(",")] if args.pipeline else None,
+        limit=args.limit,
+        output=args.output,
+        reranker=args.reranker,
+        unanswerable=args.unanswerable,
+        floor_split=args.floor_split,
+        endpoint=args.endpoint,
+        api_key=args.api_key,
+    )
+    result = run_eval(cfg, request)
+    for name, metrics in result["pipelines"].items():
+        figures = "  ".join(f"{k} {metrics[k]:.4f}" for k in ("ndcg@10", "recall@100", "mrr@10", "hit_rate@10"))
+        print(f"{name:20s} {figures}", file=sys.stderr)
+    print(json.dumps(stdout_summary(result), default=str))
+    return EXIT_OK
+
+
+def cmd_eval_variant(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from evals.abstention import build_variant
+
+    summary = build_variant(args.dataset, args.out, args.fraction, args.seed)
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def cmd_train_reranker(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from ingest_jobs.train_reranker import TrainRequest, run_training
+
+    request = TrainRequest(dataset=args.dataset, split=args.split, out=args.out, limit=args.limit)
+    print(json.dumps(run_training(cfg, request), default=str))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=None, help="YAML config file (RAGC_* env vars override it)")
@@ -214,6 +253,42 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--duration", type=float, default=30.0, help="query: seconds of load per system")
     bench.add_argument("--questions", type=int, default=100, help="cache: labelled questions asked")
     bench.set_defaults(func=cmd_bench)
+
+    evaluate = sub.add_parser("eval", parents=[common], help="retrieval metrics on a BEIR-format dataset")
+    evaluate.add_argument("--dataset", type=Path, required=True, help="corpus*.jsonl, queries.jsonl, qrels/<split>.tsv")
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument(
+        "--pipeline",
+        action="append",
+        help="repeatable or comma-separated: baseline_top2, dense, bm25, hybrid, hybrid_rerank, hybrid_hyde, "
+        "hybrid_hyde_rerank (default: every pipeline that needs no LLM)",
+    )
+    evaluate.add_argument("--limit", type=int, default=0, help="first N judged queries; 0 = all")
+    evaluate.add_argument("--output", type=Path, help="write the JSON here, plus a markdown report and PNG charts")
+    evaluate.add_argument("--reranker", help="cross-encoder path or id (default: serve.rerank.model)")
+    evaluate.add_argument(
+        "--unanswerable", type=Path, help="file of query ids whose answer is not in the corpus: abstention rates"
+    )
+    evaluate.add_argument("--floor-split", default="train", help="split the similarity floor is chosen on")
+    evaluate.add_argument("--endpoint", help="evaluate a running service over HTTP instead")
+    evaluate.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="with --endpoint")
+    evaluate.set_defaults(func=cmd_eval)
+
+    variant = sub.add_parser(
+        "eval-variant", parents=[common], help="copy a BEIR dataset without the answers of some questions"
+    )
+    variant.add_argument("--dataset", type=Path, required=True)
+    variant.add_argument("--out", type=Path, required=True)
+    variant.add_argument("--fraction", type=float, default=0.1, help="share of each split's questions")
+    variant.add_argument("--seed", type=int, default=13)
+    variant.set_defaults(func=cmd_eval_variant)
+
+    train = sub.add_parser("train-reranker", parents=[common], help="fine-tune a cross-encoder on a labelled split")
+    train.add_argument("--dataset", type=Path, required=True)
+    train.add_argument("--split", default="train")
+    train.add_argument("--out", type=Path, required=True)
+    train.add_argument("--limit", type=int, default=0, help="first N training queries; 0 = all")
+    train.set_defaults(func=cmd_train_reranker)
     return parser
 
 

@@ -58,6 +58,11 @@ class MilvusConfig(Section):
         default_factory=lambda: {"tokenizer": "standard", "filter": ["lowercase"]},
         description="Milvus analyzer params for the BM25 text field (lite supports standard/jieba)",
     )
+    bm25_stemmer: str | None = Field(
+        default="english",
+        description="Snowball stemmer applied to the BM25 copy of each chunk and to queries (Milvus Lite "
+        "cannot stem); null indexes plain lower-cased words. Changing it needs `ragc reindex`",
+    )
     connect_timeout_s: float = Field(default=10.0, gt=0)
     keepalive_without_calls: bool = Field(
         default=False,
@@ -67,6 +72,13 @@ class MilvusConfig(Section):
     keep_old_collections: int = Field(
         default=0, ge=0, description="physical collections kept after a reindex swaps the alias"
     )
+
+    @field_validator("bm25_stemmer")
+    @classmethod
+    def _known_stemmer(cls, v: str | None) -> str | None:
+        from cluster.store.bm25_text import check_stemmer
+
+        return check_stemmer(v) if v else None
 
 
 class RedisConfig(Section):
@@ -249,6 +261,35 @@ class RerankConfig(Section):
     batch_max_size: int = Field(default=16, gt=0)
     batch_wait_timeout_s: float = Field(default=0.01, ge=0)
     depth: int = Field(default=20, gt=0, description="fused candidates the cross-encoder scores")
+    order: Literal["scores", "rrf"] = Field(
+        default="scores",
+        description="scores: order by cross-encoder score; rrf: reciprocal-rank fusion of the cross-encoder's "
+        "rank with the retrieval rank (a weak reranker then refines the order instead of replacing it)",
+    )
+    rrf_k: int = Field(default=60, gt=0, description="k of the rank fusion when order is rrf")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="bfloat16", description="cross-encoder weights; bf16 gives the same order ~1.9x faster on CPU"
+    )
+
+
+class RerankTrainingConfig(Section):
+    """`ragc train-reranker`: fine-tune a cross-encoder on a labelled split, hard negatives from our retriever."""
+
+    base_model: str = Field(default="packaged:all-minilm-l6-v2", description="weights the cross-encoder starts from")
+    loss: Literal["listwise", "bce"] = Field(
+        default="listwise",
+        description="listwise: softmax cross-entropy over one positive and its negatives; bce: pointwise",
+    )
+    negatives: int = Field(default=7, ge=1, description="hard negatives per positive")
+    negative_pool: int = Field(default=30, gt=0, description="hybrid candidates the negatives are drawn from")
+    epochs: int = Field(default=1, ge=1)
+    groups_per_step: int = Field(default=4, gt=0, description="positives (each with its negatives) per step")
+    learning_rate: float = Field(default=3e-5, gt=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    max_length: int = Field(default=192, gt=0)
+    bf16: bool = Field(default=True, description="bf16 autocast (CPU and GPU)")
+    seed: int = 13
+    gpus: float = Field(default=1.0, ge=0, description="GPUs of the Ray task when the cluster has any")
 
 
 class RewriteConfig(Section):
@@ -391,6 +432,7 @@ class RagcConfig(Section):
     ray: RayConfig = Field(default_factory=RayConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    train_reranker: RerankTrainingConfig = Field(default_factory=RerankTrainingConfig)
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

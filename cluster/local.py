@@ -6,6 +6,8 @@ and checked by their start time."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,22 @@ def status(cfg: RagcConfig) -> dict[str, Any]:
         "processes": processes,
         "running": all(p["running"] for n, p in processes.items() if n in ("milvus", APP_PROCESS)),
     }
+
+
+@contextmanager
+def sidecars_running(cfg: RagcConfig) -> Iterator[bool]:
+    """Milvus (and Redis) for a batch command: the configured or running ones, else started here and
+    stopped on exit. Yields whether this call started them."""
+    if cfg.milvus.uri or status(cfg)["processes"]["milvus"]["running"]:
+        yield False
+        return
+    before = read_state(cfg.state_dir.resolve())
+    state = up_sidecars(cfg)
+    started = [name for name in SIDECARS if state.get(name) and state.get(name) != before.get(name)]
+    try:
+        yield True
+    finally:
+        for name in started:
+            stop(state.get(name))
+        after = read_state(cfg.state_dir.resolve())
+        write_state(cfg.state_dir.resolve(), {k: v for k, v in after.items() if k not in started})

@@ -11,6 +11,7 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 from cluster.config import RagcConfig
+from cluster.store.bm25_text import bm25_text
 from cluster.store.client import connect
 from cluster.store.schema import ChunkFields
 
@@ -54,7 +55,8 @@ class MilvusChunkSink(Datasink[SinkStats]):
                     if fail_after is not None and batches >= fail_after:
                         raise InjectedFaultError(f"fault hook: failing after {batches} upsert batches")
                     part = rows[start : start + batch_size]
-                    client.upsert(self._collection, [_milvus_row(r) for r in part])
+                    stemmer = cfg.milvus.bm25_stemmer
+                    client.upsert(self._collection, [_milvus_row(r, stemmer) for r in part])
                     upserted += len(part)
                     embedded += sum(bool(r["embedded"]) for r in part)
                     batches += 1
@@ -67,7 +69,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
         self.stats = SinkStats(sum(s.upserted for s in returns), sum(s.embedded for s in returns))
 
 
-def _milvus_row(row: Any) -> dict[str, Any]:
+def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for column in STORED_COLUMNS:
         value = row[column]
@@ -76,4 +78,5 @@ def _milvus_row(row: Any) -> dict[str, Any]:
         elif hasattr(value, "item"):
             value = value.item()
         out[column] = value
+    out[ChunkFields.BM25_TEXT] = bm25_text(out[ChunkFields.TEXT], stemmer)
     return out

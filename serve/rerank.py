@@ -12,6 +12,7 @@ from ray import serve
 from cluster.config import RagcConfig, RerankConfig
 from cluster.models import pick_device, resolve_model_path, set_torch_threads
 from serve.faults import FaultHooks
+from serve.retrieve import rrf_fuse
 from serve.types import Passage, StageStatusName
 
 Pairs = list[tuple[str, str]]
@@ -23,18 +24,35 @@ class PairScorer(Protocol):
 
 class CrossEncoderScorer:
     def __init__(self, cfg: RerankConfig) -> None:
+        import torch
         from sentence_transformers import CrossEncoder
 
         assert cfg.model is not None
         set_torch_threads()
         self._model = CrossEncoder(
-            resolve_model_path(cfg.model), num_labels=1, max_length=cfg.max_length, device=pick_device("auto")
+            resolve_model_path(cfg.model),
+            num_labels=1,
+            max_length=cfg.max_length,
+            device=pick_device("auto"),
+            model_kwargs={"dtype": getattr(torch, cfg.dtype)},
         )
 
     def score(self, pairs: Pairs) -> list[float]:
         if not pairs:
             return []
-        return [float(s) for s in self._model.predict(pairs, show_progress_bar=False)]
+        # sorted by length, the batches carry less padding; scores go back in the callers' order
+        order = sorted(range(len(pairs)), key=lambda n: len(pairs[n][0]) + len(pairs[n][1]))
+        scores = self._model.predict([pairs[n] for n in order], show_progress_bar=False, convert_to_numpy=True)
+        out = [0.0] * len(pairs)
+        for n, score in zip(order, scores, strict=True):
+            out[n] = float(score)
+        return out
+
+
+def pair_text(title: str, text: str) -> str:
+    """What the cross-encoder reads of a passage: its document's title, then the chunk."""
+    title = title.strip()
+    return f"{title}\n{text}" if title and not text.startswith(title) else text
 
 
 def order_by_scores(passages: list[Passage], scores: list[float], top_n: int) -> list[Passage]:
@@ -43,6 +61,20 @@ def order_by_scores(passages: list[Passage], scores: list[float], top_n: int) ->
     for passage, score in ranked[:top_n]:
         passage.rerank_score = score
         out.append(passage)
+    return out
+
+
+def rerank_order(passages: list[Passage], scores: list[float], top_n: int, cfg: RerankConfig) -> list[Passage]:
+    """`passages` arrive in retrieval order; with `order: rrf` their rank there still counts."""
+    if cfg.order == "scores":
+        return order_by_scores(passages, scores, top_n)
+    by_score = sorted(range(len(passages)), key=lambda n: -scores[n])
+    fused = rrf_fuse([[str(n) for n in range(len(passages))], [str(n) for n in by_score]], cfg.rrf_k)
+    ranked = sorted(range(len(passages)), key=lambda n: -fused[str(n)])
+    out = []
+    for n in ranked[:top_n]:
+        passages[n].rerank_score = scores[n]
+        out.append(passages[n])
     return out
 
 
@@ -75,8 +107,8 @@ class RerankStage(FaultHooks):
             return passages[:top_n], "skipped"
         await self._injected_delay()
         head = passages[: self._cfg.depth]
-        scores = await self._score_batch([(query, p.text) for p in head])
-        return order_by_scores(head, scores, top_n), "ok"
+        scores = await self._score_batch([(query, pair_text(p.title, p.text)) for p in head])
+        return rerank_order(head, scores, top_n, self._cfg), "ok"
 
     def check_health(self) -> None:
         return None

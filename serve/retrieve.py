@@ -17,6 +17,7 @@ import numpy as np
 from cluster.config import RagcConfig
 from cluster.embedding_cache import CachedEmbedder, NoEmbeddingCache, open_embedding_cache
 from cluster.models import Embedder, SentenceTransformerEmbedder
+from cluster.store.bm25_text import bm25_text
 from cluster.store.client import connect
 from cluster.store.collections import CollectionMismatchError, Collections
 from cluster.store.expr import all_of, eq
@@ -156,7 +157,7 @@ class HybridRetriever:
             raise InjectedArmFailureError("fault hook: bm25 arm fails")
         hits = self._client.search(
             self._cfg.milvus.collection,
-            data=[text],
+            data=[bm25_text(text, self._cfg.milvus.bm25_stemmer)],
             anns_field=ChunkFields.SPARSE,
             limit=self._rcfg.bm25_candidates,
             filter=expr,

@@ -50,7 +50,7 @@ class Collections:
         self._cfg = cfg
 
     def wanted_identity(self) -> CollectionIdentity:
-        return CollectionIdentity.from_config(self._cfg.embedding, self._cfg.chunking)
+        return CollectionIdentity.from_config(self._cfg.embedding, self._cfg.chunking, self._cfg.milvus)
 
     def resolve(self) -> str | None:
         pymilvus_logger = logging.getLogger("pymilvus")
@@ -88,6 +88,11 @@ class Collections:
             raise CollectionMismatchError(
                 f"collection {active.physical!r} was chunked as {active.identity.chunker} but the config "
                 f"says {wanted.chunker}; run `ragc reindex` to rebuild it"
+            )
+        if active.identity.bm25 != wanted.bm25:
+            raise CollectionMismatchError(
+                f"collection {active.physical!r} indexes BM25 text as {active.identity.bm25} but the config "
+                f"says {wanted.bm25}; run `ragc reindex` to rebuild it"
             )
 
     def ensure(self) -> ActiveCollection:

@@ -12,6 +12,7 @@ from typing import Any
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from cluster.config import ChunkingConfig, EmbeddingConfig, MilvusConfig
+from cluster.store.bm25_text import bm25_scheme
 
 ID_MAX = 64
 DOC_ID_MAX = 1024
@@ -23,6 +24,8 @@ PLACEHOLDER_DIM = 2  # Milvus wants a vector field in every collection; key-valu
 PROP_MODEL_ID = "ragc.embedding_model_id"
 PROP_DIM = "ragc.embedding_dim"
 PROP_CHUNKER = "ragc.chunker"
+PROP_BM25 = "ragc.bm25_text"
+LEGACY_BM25 = "analyzer-only"  # collections from before the stemmed BM25 field: BM25 over `text` itself
 
 
 class ChunkFields:
@@ -30,6 +33,7 @@ class ChunkFields:
     DOC_ID = "doc_id"
     TENANT = "tenant_id"
     TEXT = "text"
+    BM25_TEXT = "bm25_text"  # the stemmed copy the BM25 function reads (cluster/store/bm25_text.py)
     SPARSE = "sparse_embedding"
     DENSE = "embedding"
     SOURCE = "source"
@@ -52,19 +56,27 @@ class CollectionIdentity:
     model_id: str
     dim: int
     chunker: str
+    bm25: str
 
     @classmethod
-    def from_config(cls, embedding: EmbeddingConfig, chunking: ChunkingConfig) -> CollectionIdentity:
-        return cls(model_id=embedding.model_id, dim=embedding.dim, chunker=chunking.fingerprint())
+    def from_config(
+        cls, embedding: EmbeddingConfig, chunking: ChunkingConfig, milvus: MilvusConfig
+    ) -> CollectionIdentity:
+        return cls(embedding.model_id, embedding.dim, chunking.fingerprint(), bm25_scheme(milvus.bm25_stemmer))
 
     @classmethod
     def from_properties(cls, props: dict[str, Any]) -> CollectionIdentity | None:
         if PROP_MODEL_ID not in props:
             return None
-        return cls(model_id=str(props[PROP_MODEL_ID]), dim=int(props[PROP_DIM]), chunker=str(props[PROP_CHUNKER]))
+        return cls(
+            model_id=str(props[PROP_MODEL_ID]),
+            dim=int(props[PROP_DIM]),
+            chunker=str(props[PROP_CHUNKER]),
+            bm25=str(props.get(PROP_BM25, LEGACY_BM25)),
+        )
 
     def properties(self) -> dict[str, str]:
-        return {PROP_MODEL_ID: self.model_id, PROP_DIM: str(self.dim), PROP_CHUNKER: self.chunker}
+        return {PROP_MODEL_ID: self.model_id, PROP_DIM: str(self.dim), PROP_CHUNKER: self.chunker, PROP_BM25: self.bm25}
 
 
 def create_chunk_collection(client: MilvusClient, name: str, identity: CollectionIdentity, cfg: MilvusConfig) -> None:
@@ -73,8 +85,9 @@ def create_chunk_collection(client: MilvusClient, name: str, identity: Collectio
     schema.add_field(f.ID, DataType.VARCHAR, is_primary=True, max_length=ID_MAX)
     schema.add_field(f.DOC_ID, DataType.VARCHAR, max_length=DOC_ID_MAX)
     schema.add_field(f.TENANT, DataType.VARCHAR, max_length=TENANT_MAX, is_partition_key=True)
+    schema.add_field(f.TEXT, DataType.VARCHAR, max_length=cfg.text_max_chars)
     schema.add_field(
-        f.TEXT,
+        f.BM25_TEXT,
         DataType.VARCHAR,
         max_length=cfg.text_max_chars,
         enable_analyzer=True,
@@ -94,7 +107,7 @@ def create_chunk_collection(client: MilvusClient, name: str, identity: Collectio
         Function(
             name="text_bm25",
             function_type=FunctionType.BM25,
-            input_field_names=[f.TEXT],
+            input_field_names=[f.BM25_TEXT],
             output_field_names=[f.SPARSE],
         )
     )

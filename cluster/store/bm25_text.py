@@ -1,0 +1,40 @@
+"""The text the BM25 arm indexes and searches: lower-cased word tokens, stemmed.
+
+Milvus Lite's analyzers cannot stem (a stemmer filter is silently ignored), so each chunk carries a
+stemmed copy made here and a query is stemmed by the same function: the same terms for Milvus Lite and a
+real Milvus server. The chunk's own `text` stays as written for citations and the LLM."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import Stemmer
+
+WORD = re.compile(r"\w+")
+_local = threading.local()  # PyStemmer's stemmers keep a cache and are not safe to share across threads
+
+
+def _stemmer(language: str) -> Stemmer.Stemmer:
+    stemmers: dict[str, Stemmer.Stemmer] = _local.__dict__.setdefault("stemmers", {})
+    if language not in stemmers:
+        stemmers[language] = Stemmer.Stemmer(language)
+    return stemmers[language]
+
+
+def check_stemmer(language: str) -> str:
+    if language not in Stemmer.algorithms():
+        raise ValueError(f"no stemmer for {language!r}; known: {', '.join(sorted(Stemmer.algorithms()))}")
+    return language
+
+
+def bm25_text(text: str, stemmer: str | None) -> str:
+    words = WORD.findall(text.lower())
+    if stemmer:
+        words = _stemmer(stemmer).stemWords(words)
+    return " ".join(words)
+
+
+def bm25_scheme(stemmer: str | None) -> str:
+    """Recorded on the collection: what its BM25 field holds, so a query is analysed the same way."""
+    return f"words+stem:{stemmer}" if stemmer else "words"

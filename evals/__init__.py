@@ -1,0 +1,1 @@
+"""Retrieval quality on labelled BEIR data (`ragc eval`), the abstention variant, and the quality gate."""

@@ -1,0 +1,105 @@
+"""Abstention: a corpus variant with the answers of some questions removed, the floor chosen on TRAIN,
+and the abstention / false-abstention rates it gives on TEST.
+
+The floor drops every candidate whose dense cosine is below it, so a question abstains exactly when its
+best candidate's cosine is below the floor: one retrieval per question gives the whole trade-off curve."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.beir import Qrels, iter_corpus, load_qrels, load_queries, write_qrels
+
+VARIANT_SPLITS = ("train", "test")
+UNANSWERABLE_FILE = "unanswerable.txt"
+TARGET_ABSTENTION = 0.9
+TARGET_FALSE_ABSTENTION = 0.05
+
+
+def build_variant(dataset: Path, out: Path, fraction: float = 0.1, seed: int = 13) -> dict[str, Any]:
+    """Copy `dataset` without the relevant documents of a fixed random `fraction` of each split's queries.
+
+    Every query left with no relevant document (the chosen ones, and any other whose documents they
+    shared) is listed in `unanswerable.txt`; qrels are copied unchanged."""
+    rng = random.Random(seed)
+    queries = load_queries(dataset)
+    splits = {s: load_qrels(dataset, s) for s in VARIANT_SPLITS if (dataset / "qrels" / f"{s}.tsv").exists()}
+    removed: set[str] = set()
+    chosen: dict[str, list[str]] = {}
+    for split, qrels in splits.items():
+        ids = sorted(q for q in qrels if q in queries)
+        chosen[split] = sorted(rng.sample(ids, max(1, round(fraction * len(ids)))))
+        removed |= {doc for q in chosen[split] for doc, grade in qrels[q].items() if grade > 0}
+    out.mkdir(parents=True, exist_ok=True)
+    kept = 0
+    with (out / "corpus.jsonl").open("w", encoding="utf-8") as handle:
+        for record in iter_corpus(dataset):
+            if str(record["_id"]) not in removed:
+                handle.write(json.dumps(record) + "\n")
+                kept += 1
+    (out / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()), encoding="utf-8"
+    )
+    unanswerable: list[str] = []
+    for split, qrels in splits.items():
+        write_qrels(out / "qrels" / f"{split}.tsv", qrels)
+        unanswerable += [q for q, docs in qrels.items() if not any(g > 0 and d not in removed for d, g in docs.items())]
+    (out / UNANSWERABLE_FILE).write_text("\n".join(sorted(set(unanswerable))) + "\n", encoding="utf-8")
+    return {
+        "documents_kept": kept,
+        "documents_removed": len(removed),
+        "chosen": {s: len(c) for s, c in chosen.items()},
+        "unanswerable": {s: sum(q in set(unanswerable) for q in qrels) for s, qrels in splits.items()},
+        "fraction": fraction,
+        "seed": seed,
+    }
+
+
+def read_ids(path: Path) -> set[str]:
+    return {line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+@dataclass(frozen=True)
+class Rates:
+    floor: float
+    abstention: float  # share of unanswerable questions that got no passage
+    false_abstention: float  # share of answerable questions that got no passage
+
+    def as_dict(self) -> dict[str, float]:
+        return {"floor": round(self.floor, 4), "abstention": self.abstention, "false_abstention": self.false_abstention}
+
+
+def rates_at(floor: float, best: dict[str, float | None], unanswerable: set[str]) -> Rates:
+    """`best`: question id -> best candidate cosine (None: no candidate at all)."""
+    abstained = {q for q, cos in best.items() if cos is None or cos < floor}
+    bad = [q for q in best if q in unanswerable]
+    good = [q for q in best if q not in unanswerable]
+    return Rates(
+        floor,
+        round(sum(q in abstained for q in bad) / max(1, len(bad)), 4),
+        round(sum(q in abstained for q in good) / max(1, len(good)), 4),
+    )
+
+
+def curve(best: dict[str, float | None], unanswerable: set[str], step: float = 0.01) -> list[Rates]:
+    floors = [round(n * step, 4) for n in range(round(1 / step) + 1)]
+    return [rates_at(f, best, unanswerable) for f in floors]
+
+
+def choose_floor(best: dict[str, float | None], unanswerable: set[str]) -> Rates:
+    """The floor that abstains most on unanswerable questions while falsely abstaining on at most
+    TARGET_FALSE_ABSTENTION of the answerable ones (candidate floors: the observed cosines)."""
+    candidates = sorted({c for c in best.values() if c is not None} | {0.0})
+    allowed = [
+        r for f in candidates if (r := rates_at(f, best, unanswerable)).false_abstention <= TARGET_FALSE_ABSTENTION
+    ]
+    return max(allowed, key=lambda r: (r.abstention, -r.false_abstention, -r.floor))
+
+
+def split_members(qrels: Qrels, unanswerable: set[str]) -> tuple[list[str], list[str]]:
+    answerable = [q for q in qrels if q not in unanswerable]
+    return answerable, [q for q in qrels if q in unanswerable]

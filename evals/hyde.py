@@ -1,0 +1,22 @@
+"""HyDE for the `*_hyde` pipelines: the rewrite stage's own HyDE path on an in-process LLM engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cluster.config import RagcConfig
+
+
+class InProcessHyde:
+    def __init__(self, cfg: RagcConfig) -> None:
+        from serve.llm_engine import LLMEngine
+        from serve.rewrite import RewriteStage
+
+        config = cfg.model_dump(mode="json")
+        self._loop = asyncio.new_event_loop()
+        self._engine = LLMEngine(config, cfg.serve.rewrite.engine)
+        self._stage = RewriteStage(config, self._engine)
+
+    def __call__(self, query: str) -> str | None:
+        result = self._loop.run_until_complete(self._stage.rewrite(query, [], False, True))
+        return result.hyde_passage

@@ -1,0 +1,124 @@
+"""Named retrieval pipelines, each run through the service's own stage classes in this process.
+
+Every pipeline returns documents (a chunked document counts once, at its best chunk) for metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from cluster.config import RagcConfig
+from cluster.models import SentenceTransformerEmbedder
+from serve.rerank import PairScorer, pair_text, rerank_order
+from serve.retrieve import HybridRetriever
+from serve.types import Passage
+
+EVAL_DEPTH = 100  # documents per query: Recall@100 needs them
+EVAL_CANDIDATES = 150  # chunks per arm, so that 100 distinct documents survive de-duplication
+
+NO_FLOOR = -1.0  # cosine is never below -1
+HydeWriter = Callable[[str], str | None]
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    dense: bool = True
+    bm25: bool = True
+    floor: bool = True
+    depth: int = EVAL_DEPTH
+    rerank: bool = False
+    hyde: bool = False
+
+    @property
+    def needs_llm(self) -> bool:
+        return self.hyde
+
+
+PIPELINES = {
+    # the LlamaIndex quickstart default: dense top-2, no floor, no rerank
+    "baseline_top2": PipelineSpec("baseline_top2", bm25=False, floor=False, depth=2),
+    "dense": PipelineSpec("dense", bm25=False),
+    "bm25": PipelineSpec("bm25", dense=False),
+    "hybrid": PipelineSpec("hybrid"),
+    "hybrid_rerank": PipelineSpec("hybrid_rerank", rerank=True),
+    "hybrid_hyde": PipelineSpec("hybrid_hyde", hyde=True),
+    "hybrid_hyde_rerank": PipelineSpec("hybrid_hyde_rerank", hyde=True, rerank=True),
+}
+NO_LLM_PIPELINES = [name for name, spec in PIPELINES.items() if not spec.needs_llm]
+
+
+def eval_config(cfg: RagcConfig, floor: float | None = None) -> RagcConfig:
+    """The service's retrieval settings, deep enough for Recall@100; `floor` overrides the cosine floor."""
+    out = cfg.model_copy(deep=True)
+    r = out.serve.retrieve
+    r.dense_candidates = max(r.dense_candidates, EVAL_CANDIDATES)
+    r.bm25_candidates = max(r.bm25_candidates, EVAL_CANDIDATES)
+    r.pool_size = max(r.pool_size, EVAL_CANDIDATES)
+    if floor is not None:
+        r.similarity_floor = floor
+    return out
+
+
+def documents(passages: list[Passage], depth: int) -> list[str]:
+    seen: dict[str, None] = {}
+    for passage in passages:
+        seen.setdefault(passage.doc_id, None)
+        if len(seen) >= depth:
+            break
+    return list(seen)
+
+
+class PipelineRunner:
+    """Runs pipeline specs over one tenant of the evaluation collection."""
+
+    def __init__(
+        self,
+        cfg: RagcConfig,
+        tenant: str,
+        scorer: PairScorer | None = None,
+        hyde: HydeWriter | None = None,
+    ) -> None:
+        self._cfg = eval_config(cfg)
+        self._tenant = tenant
+        self._scorer = scorer
+        self._hyde = hyde
+        self._base = cfg
+        self._retrievers: dict[float, HybridRetriever] = {}
+        self._embedder = SentenceTransformerEmbedder(cfg.embedding)  # one model load for every floor
+
+    def check(self, spec: PipelineSpec) -> None:
+        if spec.rerank and self._scorer is None:
+            raise ValueError(f"pipeline {spec.name} needs a reranker: set serve.rerank.model or pass --reranker")
+        if spec.hyde and self._hyde is None:
+            raise ValueError(f"pipeline {spec.name} needs the LLM stage (serve.llm.enabled)")
+
+    def retriever(self, floor: float) -> HybridRetriever:
+        if floor not in self._retrievers:
+            retriever = HybridRetriever(eval_config(self._base, floor), self._embedder)
+            retriever.warm_up()
+            self._retrievers[floor] = retriever
+        return self._retrievers[floor]
+
+    def passages(self, spec: PipelineSpec, query: str, floor: float | None = None) -> list[Passage]:
+        """`floor` overrides the configured floor (a pipeline without a floor ignores both)."""
+        if floor is None:
+            floor = self._cfg.serve.retrieve.similarity_floor
+        retriever = self.retriever(floor if spec.floor else NO_FLOOR)
+        hyde_passage = self._hyde(query) if spec.hyde and self._hyde else None
+        result = retriever.retrieve(self._tenant, query, "", hyde_passage, use_dense=spec.dense, use_bm25=spec.bm25)
+        passages = result.passages
+        if spec.rerank and self._scorer is not None and passages:
+            head = passages[: self._cfg.serve.rerank.depth]
+            scores = self._scorer.score([(query, pair_text(p.title, p.text)) for p in head])
+            passages = rerank_order(head, scores, len(head), self._cfg.serve.rerank) + passages[len(head) :]
+        return passages
+
+    def ranking(self, spec: PipelineSpec, query: str) -> list[str]:
+        return documents(self.passages(spec, query), spec.depth)
+
+    def max_cosine(self, query: str) -> float | None:
+        """The best dense cosine among hybrid candidates: the floor abstains exactly when it is below."""
+        passages = self.passages(replace(PIPELINES["hybrid"], floor=False), query)
+        cosines = [p.dense_score for p in passages if p.dense_score is not None]
+        return max(cosines) if cosines else None

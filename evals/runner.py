@@ -1,0 +1,203 @@
+"""`ragc eval`: ingest a BEIR dataset through the normal ingestion job, run named pipelines through the
+service's stage classes in this process (or a running service over HTTP), and score them."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from cluster.config import RagcConfig
+from evals.abstention import (
+    TARGET_ABSTENTION,
+    TARGET_FALSE_ABSTENTION,
+    choose_floor,
+    curve,
+    rates_at,
+    read_ids,
+    split_members,
+)
+from evals.beir import EvalSet, corpus_files
+from evals.metrics import METRICS, Ranking, mean_metrics, per_query
+from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, PipelineRunner, PipelineSpec
+from evals.report import write_report
+
+EVAL_TENANT = "eval"
+
+
+@dataclass
+class EvalRequest:
+    dataset: Path
+    split: str = "test"
+    pipelines: list[str] | None = None
+    limit: int = 0
+    output: Path | None = None
+    reranker: str | None = None
+    unanswerable: Path | None = None
+    floor_split: str = "train"
+    endpoint: str | None = None
+    api_key: str | None = None
+
+
+def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
+    out = cfg.model_copy(deep=True)
+    out.milvus.collection = "ragc_eval_" + re.sub(r"[^0-9a-zA-Z_]", "_", dataset.resolve().name).lower()
+    return out
+
+
+def corpus_source(cfg: RagcConfig, dataset: Path) -> Path:
+    """A folder holding only the dataset's corpus files (links), so queries and qrels are never ingested."""
+    source = cfg.state_dir.resolve() / "eval" / cfg.milvus.collection
+    source.mkdir(parents=True, exist_ok=True)
+    wanted = {p.name: p.resolve() for p in corpus_files(dataset)}
+    for link in source.iterdir():
+        if link.name not in wanted or link.resolve() != wanted[link.name]:
+            link.unlink()
+    for name, target in wanted.items():
+        if not (source / name).exists():
+            (source / name).symlink_to(target)
+    return source
+
+
+def ingest_dataset(cfg: RagcConfig, dataset: Path) -> dict[str, Any]:
+    from ingest_jobs.sync import run_sync
+
+    report = run_sync(cfg, corpus_source(cfg, dataset), EVAL_TENANT, prune=True)
+    if report.failed:
+        reasons = "; ".join(f"{f.doc_id}: {f.reason}" for f in report.failures[:5])
+        raise RuntimeError(f"{report.failed} documents of {dataset} failed to ingest: {reasons}")
+    return {k: v for k, v in report.summary().items() if k not in ("failures",)}
+
+
+def choose_pipelines(requested: list[str] | None, cfg: RagcConfig) -> list[PipelineSpec]:
+    if requested:
+        unknown = [n for n in requested if n not in PIPELINES]
+        if unknown:
+            raise ValueError(f"unknown pipeline(s) {unknown}; known: {', '.join(PIPELINES)}")
+        return [PIPELINES[n] for n in requested]
+    names = [n for n in NO_LLM_PIPELINES if cfg.serve.rerank.model or not PIPELINES[n].rerank]
+    return [PIPELINES[n] for n in names]
+
+
+def default_pipeline(cfg: RagcConfig) -> str:
+    """What the service runs for a plain query (rewrite and HyDE off by default, rerank when configured)."""
+    hyde = "_hyde" if cfg.serve.rewrite.hyde_default and cfg.serve.llm.enabled else ""
+    return f"hybrid{hyde}{'_rerank' if cfg.serve.rerank.model else ''}"
+
+
+def score_pipeline(rank: Callable[[str], Ranking], eval_set: EvalSet) -> dict[str, Any]:
+    started = time.perf_counter()
+    rankings = {qid: rank(text) for qid, text in eval_set.queries.items()}
+    seconds = time.perf_counter() - started
+    metrics: dict[str, Any] = mean_metrics(per_query(rankings, eval_set.qrels))
+    metrics["seconds_per_query"] = round(seconds / max(1, len(rankings)), 4)
+    metrics["empty"] = sum(not r for r in rankings.values())
+    return metrics
+
+
+def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalSet) -> dict[str, Any]:
+    assert req.unanswerable is not None
+    unanswerable = read_ids(req.unanswerable)
+    tune = EvalSet.load(req.dataset, req.floor_split)
+    if set(tune.queries) & set(eval_set.queries):
+        raise ValueError(f"split {req.floor_split!r} shares questions with {req.split!r}: the floor would see the test")
+    best_tune = {q: runner.max_cosine(text) for q, text in tune.queries.items()}
+    best_eval = {q: runner.max_cosine(text) for q, text in eval_set.queries.items()}
+    chosen = choose_floor(best_tune, unanswerable)
+    # the test figures come from the retriever itself with that floor, not from the cosines above
+    hybrid = PIPELINES["hybrid"]
+    empty = {q for q, text in eval_set.queries.items() if not runner.passages(hybrid, text, chosen.floor)}
+    answerable, unanswered = split_members(eval_set.qrels, unanswerable)
+    abstention = round(sum(q in empty for q in unanswered) / max(1, len(unanswered)), 4)
+    false_abstention = round(sum(q in empty for q in answerable) / max(1, len(answerable)), 4)
+    test = {
+        "abstention": abstention,
+        "false_abstention": false_abstention,
+        "unanswerable": len(unanswered),
+        "answerable": len(answerable),
+        "predicted_from_cosines": rates_at(chosen.floor, best_eval, unanswerable).as_dict(),
+    }
+    met = abstention >= TARGET_ABSTENTION and false_abstention <= TARGET_FALSE_ABSTENTION
+    return {
+        "floor_split": req.floor_split,
+        "chosen_on_train": chosen.as_dict(),
+        "test": test,
+        "targets": {"abstention": TARGET_ABSTENTION, "false_abstention": TARGET_FALSE_ABSTENTION},
+        "targets_met": met,
+        "curves": {
+            req.floor_split: [r.as_dict() for r in curve(best_tune, unanswerable)],
+            req.split: [r.as_dict() for r in curve(best_eval, unanswerable)],
+        },
+    }
+
+
+def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
+    from cluster.local import sidecars_running
+
+    if req.reranker:
+        cfg = cfg.model_copy(deep=True)
+        cfg.serve.rerank.model = req.reranker
+    eval_set = EvalSet.load(req.dataset, req.split, req.limit)
+    specs = choose_pipelines(req.pipelines, cfg)
+    result: dict[str, Any] = {"dataset": req.dataset.name, "split": req.split, "queries": len(eval_set.queries)}
+    if req.endpoint:
+        from evals.remote import remote_ranker
+
+        rank = remote_ranker(req.endpoint, req.api_key)
+        result["pipelines"] = {"endpoint": score_pipeline(rank, eval_set)}
+        result["pipeline"] = "endpoint"
+        result.update({k: result["pipelines"]["endpoint"][k] for k in METRICS})
+        return result
+    ecfg = eval_collection(cfg, req.dataset)
+    with sidecars_running(ecfg) as ephemeral:
+        result["ephemeral_cluster"] = ephemeral
+        result["ingest"] = ingest_dataset(ecfg, req.dataset)
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=_scorer(ecfg, specs), hyde=_hyde(ecfg, specs))
+        for spec in specs:
+            runner.check(spec)
+        pipelines: dict[str, Any] = {}
+        for spec in specs:
+            print(f"eval: {spec.name} over {len(eval_set.queries)} queries", file=sys.stderr, flush=True)
+            pipelines[spec.name] = score_pipeline(partial(runner.ranking, spec), eval_set)
+        result["pipelines"] = pipelines
+        if req.unanswerable:
+            result["abstention"] = abstention_section(runner, req, eval_set)
+    result["default_pipeline"] = default_pipeline(cfg)
+    result["similarity_floor"] = cfg.serve.retrieve.similarity_floor
+    result["reranker"] = cfg.serve.rerank.model
+    # the top-level figures are the default pipeline's when it ran, else the first pipeline's
+    headline = result["default_pipeline"] if result["default_pipeline"] in pipelines else specs[0].name
+    result["pipeline"] = headline
+    result.update({k: pipelines[headline][k] for k in METRICS})
+    if req.output:
+        result["written"] = [str(p) for p in write_report(result, req.output)]
+    return result
+
+
+def _scorer(cfg: RagcConfig, specs: list[PipelineSpec]) -> Any:
+    if not any(s.rerank for s in specs) or not cfg.serve.rerank.model:
+        return None
+    from serve.rerank import CrossEncoderScorer
+
+    return CrossEncoderScorer(cfg.serve.rerank)
+
+
+def _hyde(cfg: RagcConfig, specs: list[PipelineSpec]) -> Any:
+    if not any(s.hyde for s in specs) or not cfg.serve.llm.enabled:
+        return None
+    from evals.hyde import InProcessHyde
+
+    return InProcessHyde(cfg)
+
+
+def stdout_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The last line of stdout: everything but the trade-off curves (those are in --output)."""
+    out = dict(result)
+    if "abstention" in out:
+        out["abstention"] = {k: v for k, v in out["abstention"].items() if k != "curves"}
+    return out

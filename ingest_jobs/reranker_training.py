@@ -1,0 +1,112 @@
+"""Cross-encoder fine-tuning loop: plain torch over sentence-transformers' `CrossEncoder`, no Ray, no
+Milvus, so the same code runs in a Ray GPU task, in-process on CPU, or on a bare GPU box.
+
+Each training group is one (query, positive) with its hard negatives. `listwise` is a softmax
+cross-entropy over the group (the positive must outrank its own negatives); `bce` scores pairs alone."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.config import RerankTrainingConfig
+
+
+@dataclass(frozen=True)
+class TrainingGroup:
+    query: str
+    positive: str
+    negatives: tuple[str, ...]
+
+
+@dataclass
+class TrainingOutcome:
+    steps: int = 0
+    pairs: int = 0
+    seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)  # mean loss per tenth of training
+
+    @property
+    def pairs_per_s(self) -> float:
+        return self.pairs / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "pairs": self.pairs,
+            "seconds": round(self.seconds, 1),
+            "pairs_per_s": round(self.pairs_per_s, 2),
+            "loss_by_tenth": [round(x, 4) for x in self.losses],
+        }
+
+
+def train_cross_encoder(
+    model_path: str, groups: list[TrainingGroup], recipe: RerankTrainingConfig, device: str
+) -> tuple[Any, TrainingOutcome]:
+    """Returns the trained `CrossEncoder` and what the run did."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(recipe.seed)
+    rng = random.Random(recipe.seed)
+    encoder = CrossEncoder(model_path, num_labels=1, max_length=recipe.max_length, device=device)
+    model, tokenizer = encoder.model, encoder.tokenizer
+    model.train()
+    steps_per_epoch = math.ceil(len(groups) / recipe.groups_per_step)
+    total = steps_per_epoch * recipe.epochs
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
+    warmup = max(1, int(total * recipe.warmup_ratio))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
+    )
+    outcome = TrainingOutcome()
+    window: list[float] = []
+    started = time.perf_counter()
+    for _ in range(recipe.epochs):
+        order = groups[:]
+        rng.shuffle(order)
+        for start in range(0, len(order), recipe.groups_per_step):
+            batch = order[start : start + recipe.groups_per_step]
+            loss = _group_loss(model, tokenizer, batch, recipe, device)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            outcome.steps += 1
+            outcome.pairs += sum(1 + len(g.negatives) for g in batch)
+            window.append(float(loss.detach()))
+            if len(window) >= max(1, total // 10):
+                outcome.losses.append(sum(window) / len(window))
+                window = []
+    if window:
+        outcome.losses.append(sum(window) / len(window))
+    outcome.seconds = time.perf_counter() - started
+    model.eval()
+    return encoder, outcome
+
+
+def _group_loss(
+    model: Any, tokenizer: Any, batch: list[TrainingGroup], recipe: RerankTrainingConfig, device: str
+) -> Any:
+    import torch
+    import torch.nn.functional as F
+
+    width = min(len(g.negatives) for g in batch) + 1  # groups of one width per step (negatives are trimmed)
+    queries = [g.query for g in batch for _ in range(width)]
+    texts = [t for g in batch for t in (g.positive, *g.negatives[: width - 1])]
+    features = tokenizer(
+        queries, texts, padding=True, truncation="longest_first", max_length=recipe.max_length, return_tensors="pt"
+    ).to(device)
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=recipe.bf16):
+        logits = model(**features).logits.view(len(batch), width).float()
+    if recipe.loss == "listwise":
+        return F.cross_entropy(logits, torch.zeros(len(batch), dtype=torch.long, device=logits.device))
+    labels = torch.zeros_like(logits)
+    labels[:, 0] = 1.0
+    pos_weight = torch.tensor(float(width - 1), device=logits.device)  # one positive per group
+    return F.binary_cross_entropy_with_logits(logits, labels, pos_weight=pos_weight)

@@ -1,0 +1,140 @@
+"""`ragc train-reranker`: fine-tune a cross-encoder from the packaged MiniLM weights on a labelled split,
+with hard negatives mined by our own hybrid retriever. The test split is refused: it is the gate's.
+
+The training itself runs as a Ray task with GPUs when the cluster has any, else in this process."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.config import RagcConfig, RerankTrainingConfig
+from cluster.models import pick_device, resolve_model_path, set_torch_threads
+from cluster.store.client import connect
+from cluster.store.expr import all_of, eq, is_in
+from cluster.store.schema import ChunkFields
+from evals.beir import EvalSet, load_qrels
+from evals.pipelines import PIPELINES, PipelineRunner
+from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
+from ingest_jobs.reranker_training import TrainingGroup, train_cross_encoder
+from serve.rerank import pair_text
+
+HELD_OUT_SPLITS = ("test",)
+TRAINING_RECORD = "ragc_training.json"
+
+
+@dataclass
+class TrainRequest:
+    dataset: Path
+    out: Path
+    split: str = "train"
+    limit: int = 0
+
+
+def training_queries(req: TrainRequest) -> EvalSet:
+    if req.split in HELD_OUT_SPLITS:
+        raise ValueError(f"the {req.split!r} split is held out for evaluation; train on another split")
+    train = EvalSet.load(req.dataset, req.split, req.limit)
+    held_out: set[str] = set()
+    for split in HELD_OUT_SPLITS:
+        if (req.dataset / "qrels" / f"{split}.tsv").exists():
+            held_out |= set(load_qrels(req.dataset, split))
+    kept = {q: t for q, t in train.queries.items() if q not in held_out}
+    return EvalSet(train.name, train.split, kept, {q: train.qrels[q] for q in kept})
+
+
+def first_chunks(cfg: RagcConfig, doc_ids: list[str]) -> dict[str, str]:
+    """Chunk 0 of documents the retriever did not bring back (positives still need a text)."""
+    if not doc_ids:
+        return {}
+    client = connect(cfg)
+    rows = client.query(
+        cfg.milvus.collection,
+        filter=all_of(
+            eq(ChunkFields.TENANT, EVAL_TENANT), is_in(ChunkFields.DOC_ID, doc_ids), f"{ChunkFields.CHUNK_INDEX} == 0"
+        ),
+        output_fields=[ChunkFields.DOC_ID, ChunkFields.TITLE, ChunkFields.TEXT],
+    )
+    client.close()
+    return {r[ChunkFields.DOC_ID]: pair_text(r[ChunkFields.TITLE], r[ChunkFields.TEXT]) for r in rows}
+
+
+def mine_groups(
+    cfg: RagcConfig, runner: PipelineRunner, train: EvalSet, recipe: RerankTrainingConfig
+) -> list[TrainingGroup]:
+    """One group per (query, relevant document): its best retrieved chunk, and negatives sampled from the
+    query's hybrid candidates that are not relevant."""
+    rng = random.Random(recipe.seed)
+    hybrid = PIPELINES["hybrid"]
+    groups: list[TrainingGroup] = []
+    for qid, query in train.queries.items():
+        relevant = {d for d, grade in train.qrels[qid].items() if grade > 0}
+        candidates = runner.passages(hybrid, query, floor=-1.0)[: recipe.negative_pool]
+        best: dict[str, str] = {}
+        negatives: list[str] = []
+        for p in candidates:
+            if p.doc_id in relevant:
+                best.setdefault(p.doc_id, pair_text(p.title, p.text))
+            else:
+                negatives.append(pair_text(p.title, p.text))
+        best |= {d: t for d, t in first_chunks(cfg, sorted(relevant - set(best))).items() if d not in best}
+        if len(negatives) < recipe.negatives:
+            continue
+        for text in best.values():
+            groups.append(TrainingGroup(query, text, tuple(rng.sample(negatives, recipe.negatives))))
+    return groups
+
+
+def train_and_save(
+    model_path: str, groups: list[TrainingGroup], recipe: RerankTrainingConfig, device: str, out: str
+) -> dict[str, Any]:
+    set_torch_threads()
+    encoder, outcome = train_cross_encoder(model_path, groups, recipe, device)
+    encoder.save(out)
+    return outcome.summary() | {"device": device}
+
+
+def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
+    import ray
+
+    from cluster.local import sidecars_running
+    from cluster.ray_runtime import ensure_ray
+
+    recipe = cfg.train_reranker
+    train = training_queries(req)
+    ecfg = eval_collection(cfg, req.dataset)
+    started = time.perf_counter()
+    with sidecars_running(ecfg):
+        ingest = ingest_dataset(ecfg, req.dataset)
+        runner = PipelineRunner(ecfg, EVAL_TENANT)
+        groups = mine_groups(ecfg, runner, train, recipe)
+    if not groups:
+        raise RuntimeError(f"no training groups from split {req.split!r}: nothing retrieved to mine negatives from")
+    mining_s = time.perf_counter() - started
+    print(f"train-reranker: {len(groups)} groups from {len(train.queries)} queries", file=sys.stderr, flush=True)
+    req.out.mkdir(parents=True, exist_ok=True)
+    model_path = resolve_model_path(recipe.base_model)
+    ensure_ray(cfg)
+    if ray.cluster_resources().get("GPU", 0) >= recipe.gpus > 0:
+        task = ray.remote(num_gpus=recipe.gpus)(train_and_save)
+        outcome = ray.get(task.remote(model_path, groups, recipe, "cuda", str(req.out)))
+    else:
+        outcome = train_and_save(model_path, groups, recipe, pick_device("auto"), str(req.out))
+    record = {
+        "dataset": req.dataset.name,
+        "split": req.split,
+        "queries": len(train.queries),
+        "groups": len(groups),
+        "recipe": recipe.model_dump(mode="json"),
+        "ingest": {k: ingest[k] for k in ("chunks_embedded", "chunks_total", "seconds")},
+        "mining_s": round(mining_s, 1),
+        "training": outcome,
+        "model": str(req.out.resolve()),
+    }
+    (req.out / TRAINING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
