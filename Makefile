@@ -8,7 +8,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration lint bench-ingest loadtest clean
+.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -55,7 +55,15 @@ test-unit: setup
 test-integration: setup system-deps
 	$(PYTEST) tests/integration -q -p no:logging $(OK5)
 
-test: lint test-unit test-integration
+# The quality gate: SciFact embedded once (~10 min on 2 cores), our reranker trained, every pipeline scored.
+test-eval: setup system-deps
+	$(PYTEST) tests/eval -q -p no:logging $(OK5); rc=$$?; cat .ragc/gate/report/*.md 2>/dev/null; exit $$rc
+
+test: lint test-unit test-integration test-eval
+
+# `ragc eval` on SciFact test with every pipeline that needs no LLM; report in .ragc/eval/.
+eval: setup
+	HF_HUB_OFFLINE=1 $(RAGC) eval --dataset ../shared/data/scifact --output .ragc/eval/scifact.json
 
 bench-ingest: setup
 	HF_HUB_OFFLINE=1 $(RAGC) up --no-app

@@ -79,7 +79,7 @@ class SentenceTransformerEmbedder:
         self._normalize = cfg.normalize
         self._model = SentenceTransformer(resolve_model_path(cfg.model), device=pick_device(cfg.device))
         self._model.max_seq_length = cfg.max_seq_length
-        actual = self._model.get_sentence_embedding_dimension()
+        actual = self._model.get_embedding_dimension()
         if actual != cfg.dim:
             raise ModelResolutionError(
                 f"embedding model {cfg.model!r} produces {actual}-d vectors but config says dim={cfg.dim}"

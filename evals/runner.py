@@ -65,9 +65,18 @@ def corpus_source(cfg: RagcConfig, dataset: Path) -> Path:
 
 
 def ingest_dataset(cfg: RagcConfig, dataset: Path) -> dict[str, Any]:
+    """The normal ingestion job into the dataset's evaluation collection; an index built with other
+    settings (BM25 text, chunker, model) is rebuilt, reusing its vectors where the model is the same."""
+    from cluster.store.collections import CollectionMismatchError
+    from ingest_jobs.reindex import TenantSource, run_reindex
     from ingest_jobs.sync import run_sync
 
-    report = run_sync(cfg, corpus_source(cfg, dataset), EVAL_TENANT, prune=True)
+    source = corpus_source(cfg, dataset)
+    try:
+        report = run_sync(cfg, source, EVAL_TENANT, prune=True)
+    except CollectionMismatchError as exc:
+        print(f"eval: rebuilding {cfg.milvus.collection}: {exc}", file=sys.stderr, flush=True)
+        report = run_reindex(cfg, [TenantSource(EVAL_TENANT, source)]).tenants[0]
     if report.failed:
         reasons = "; ".join(f"{f.doc_id}: {f.reason}" for f in report.failures[:5])
         raise RuntimeError(f"{report.failed} documents of {dataset} failed to ingest: {reasons}")

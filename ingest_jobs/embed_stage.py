@@ -53,25 +53,33 @@ class VectorResolver:
 
 
 class StoredVectors:
-    """Vectors already in the chunk collection, by chunk id (unchanged chunks of an edited document)."""
+    """Vectors already stored, by chunk id: the collection being written (unchanged chunks of an edited
+    document), then older collections with the same embedding model (a reindex that changed only how
+    text is indexed re-embeds nothing)."""
 
-    def __init__(self, client: Any, collection: str) -> None:
+    def __init__(self, client: Any, collections: list[str]) -> None:
         self._client = client
-        self._collection = collection
+        self._collections = collections
 
     def lookup(self, ids: list[str]) -> dict[str, list[float]]:
-        rows = self._client.query(
-            self._collection, filter=is_in(ChunkFields.ID, ids), output_fields=[ChunkFields.ID, ChunkFields.DENSE]
-        )
-        return {r[ChunkFields.ID]: list(r[ChunkFields.DENSE]) for r in rows}
+        found: dict[str, list[float]] = {}
+        for collection in self._collections:
+            wanted = [i for i in ids if i not in found]
+            if not wanted:
+                break
+            rows = self._client.query(
+                collection, filter=is_in(ChunkFields.ID, wanted), output_fields=[ChunkFields.ID, ChunkFields.DENSE]
+            )
+            found |= {r[ChunkFields.ID]: list(r[ChunkFields.DENSE]) for r in rows}
+        return found
 
 
 class ChunkEmbedder:
     """Ray Data callable class (`map_batches(ChunkEmbedder, compute=ActorPoolStrategy(...))`)."""
 
-    def __init__(self, config: dict[str, Any], collection: str) -> None:
+    def __init__(self, config: dict[str, Any], collection: str, reuse_from: tuple[str, ...] = ()) -> None:
         cfg = RagcConfig.model_validate(config)
-        stored = StoredVectors(connect(cfg), collection)
+        stored = StoredVectors(connect(cfg), [collection, *reuse_from])
         self._resolve = VectorResolver(SentenceTransformerEmbedder(cfg.embedding), stored, open_embedding_cache(cfg))
 
     def __call__(self, batch: Batch) -> Batch:

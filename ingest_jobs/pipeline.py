@@ -52,7 +52,9 @@ def parse_and_chunk(row: dict[str, Any], chunking: ChunkingConfig, model: str, t
     return [EMPTY_ROW | vars(chunk) for chunk in chunks]
 
 
-def embed_and_write(cfg: RagcConfig, collection: str, tenant: str, docs: list[SourceDocument]) -> PipelineOutcome:
+def embed_and_write(
+    cfg: RagcConfig, collection: str, tenant: str, docs: list[SourceDocument], reuse_from: tuple[str, ...] = ()
+) -> PipelineOutcome:
     import ray.data
 
     ensure_ray(cfg)
@@ -77,7 +79,11 @@ def embed_and_write(cfg: RagcConfig, collection: str, tenant: str, docs: list[So
     (
         chunked.map_batches(
             ChunkEmbedder,
-            fn_constructor_kwargs={"config": cfg.model_dump(mode="json"), "collection": collection},
+            fn_constructor_kwargs={
+                "config": cfg.model_dump(mode="json"),
+                "collection": collection,
+                "reuse_from": reuse_from,
+            },
             compute=ray.data.ActorPoolStrategy(
                 min_size=cfg.ingest.embed_actors_min, max_size=cfg.ingest.embed_actors_max
             ),

@@ -12,6 +12,7 @@ from typing import Any
 from cluster.config import RagcConfig
 from cluster.store.client import connect
 from cluster.store.collections import ActiveCollection, Collections, generation_of, physical_name
+from cluster.store.schema import CollectionIdentity
 from ingest_jobs.documents import check_tenant
 from ingest_jobs.sync import SyncReport, source_key, sync_into
 
@@ -50,6 +51,12 @@ def recorded_sources(collections: Collections) -> list[TenantSource]:
     return [TenantSource(key[len(prefix) :], Path(value["path"])) for key, value in sorted(records.items())]
 
 
+def same_vectors(old: CollectionIdentity | None, new: CollectionIdentity) -> bool:
+    """Chunk ids are content-derived, so an older collection's vector for the same id is reusable
+    exactly when it came from the same embedding model."""
+    return old is not None and (old.model_id, old.dim) == (new.model_id, new.dim)
+
+
 def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> ReindexReport:
     started = time.perf_counter()
     client = connect(cfg)
@@ -67,8 +74,11 @@ def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> R
     collections.create_physical(physical)
     collections.load(physical)
     target = ActiveCollection(collections.alias, physical, collections.wanted_identity())
+    reuse = tuple(n for n in existing if same_vectors(collections.identity_of(n), target.identity))
+    for name in reuse:
+        collections.load(name)
     try:
-        reports = [sync_into(cfg, client, target, src.path, src.tenant, prune=True) for src in sources]
+        reports = [sync_into(cfg, client, target, src.path, src.tenant, True, reuse) for src in sources]
     except BaseException:
         collections.drop_physical(physical)  # a failed rebuild leaves nothing behind; the alias never moved
         raise

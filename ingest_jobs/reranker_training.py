@@ -10,9 +10,10 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cluster.config import RerankTrainingConfig
+if TYPE_CHECKING:  # the loop itself needs only torch and sentence-transformers (it also runs on a bare GPU box)
+    from cluster.config import RerankTrainingConfig
 
 
 @dataclass(frozen=True)

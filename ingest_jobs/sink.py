@@ -11,7 +11,7 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 from cluster.config import RagcConfig
-from cluster.store.bm25_text import bm25_text
+from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
 from cluster.store.schema import ChunkFields
 
@@ -78,5 +78,6 @@ def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:
         elif hasattr(value, "item"):
             value = value.item()
         out[column] = value
-    out[ChunkFields.BM25_TEXT] = bm25_text(out[ChunkFields.TEXT], stemmer)
+    f = ChunkFields
+    out[f.BM25_TEXT] = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer)
     return out

@@ -92,9 +92,16 @@ def run_sync(cfg: RagcConfig, source: Path, tenant: str, prune: bool = False) ->
 
 
 def sync_into(
-    cfg: RagcConfig, client: MilvusClient, active: ActiveCollection, source: Path, tenant: str, prune: bool
+    cfg: RagcConfig,
+    client: MilvusClient,
+    active: ActiveCollection,
+    source: Path,
+    tenant: str,
+    prune: bool,
+    reuse_from: tuple[str, ...] = (),
 ) -> SyncReport:
-    """One sync into a given physical collection (also used by reindex, before the alias swap)."""
+    """One sync into a given physical collection (also used by reindex, before the alias swap, with the
+    collections whose vectors it may reuse)."""
     ledger = Ledger(client, ledger_name(active.physical))
     found = scan(source, cfg.ingest.max_file_bytes)
     plan = classify(found.documents, ledger.entries(tenant), prune, {f.doc_id for f in found.failures})
@@ -102,7 +109,11 @@ def sync_into(
     report.failures = list(found.failures)
     report.missing, report.skipped_files = len(plan.missing), len(found.skipped)
 
-    outcome = embed_and_write(cfg, active.physical, tenant, plan.to_process) if plan.to_process else PipelineOutcome()
+    outcome = (
+        embed_and_write(cfg, active.physical, tenant, plan.to_process, reuse_from)
+        if plan.to_process
+        else PipelineOutcome()
+    )
     report.failures += outcome.failures
     landed = [doc for doc in plan.to_process if doc.doc_id in outcome.chunk_ids]
     _commit(client, active.physical, ledger, tenant, landed_entries(landed, outcome))
@@ -117,6 +128,10 @@ def sync_into(
         ledger.forget(tenant, doomed)
     report.deleted = len(plan.deleted)
     report.failed = len(report.failures)
+    if landed or plan.deleted:
+        # milvus-lite keeps writes in a memtable (128 MB) that is searched by brute force until flushed:
+        # 470 ms -> 58 ms per dense search on SciFact; on a Milvus server this seals the job's segments
+        client.flush(active.physical)
     report.chunks_total = count_chunks(client, active.physical, tenant)
     return report
 

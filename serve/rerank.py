@@ -36,13 +36,19 @@ class CrossEncoderScorer:
             device=pick_device("auto"),
             model_kwargs={"dtype": getattr(torch, cfg.dtype)},
         )
+        self._identity = torch.nn.Identity()
 
     def score(self, pairs: Pairs) -> list[float]:
         if not pairs:
             return []
         # sorted by length, the batches carry less padding; scores go back in the callers' order
         order = sorted(range(len(pairs)), key=lambda n: len(pairs[n][0]) + len(pairs[n][1]))
-        scores = self._model.predict([pairs[n] for n in order], show_progress_bar=False, convert_to_numpy=True)
+        scores = self._model.predict(
+            [pairs[n] for n in order],
+            show_progress_bar=False,
+            convert_to_numpy=True,
+            activation_fn=self._identity,  # raw logits: a sigmoid would squeeze bf16 scores into ties
+        )
         out = [0.0] * len(pairs)
         for n, score in zip(order, scores, strict=True):
             out[n] = float(score)

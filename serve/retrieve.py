@@ -1,5 +1,6 @@
 """Hybrid retrieval: a dense arm and a BM25 arm in Milvus, fused by reciprocal rank, tenant and request
-filters pushed into both, and a cosine floor so that a question with nothing relevant gets nothing.
+filters pushed into both, and a cosine floor so that a question with nothing relevant gets nothing
+(by default the floor gates the question: a strong BM25 match is not dropped for a low cosine).
 
 The arms run as two searches rather than one `hybrid_search`: the floor needs each candidate's dense
 cosine (a fused result only carries the RRF score), and a failing arm must degrade to the other alone."""
@@ -227,10 +228,15 @@ class HybridRetriever:
         fused = rrf_fuse([[e[ChunkFields.ID] for e in hits] for hits in results.values()], self._rcfg.rrf_k)
         passages: list[Passage] = []
         dropped = 0
+        floor = self._rcfg.similarity_floor
+        cosines = [c for e in entities.values() if (c := e.get("_cosine")) is not None]
+        if have_vector and self._rcfg.floor_scope == "query" and max(cosines, default=-1.0) < floor:
+            return RetrievalResult([], self.index_version(), arms, len(fused))
         for chunk_id, score in sorted(fused.items(), key=lambda kv: -kv[1]):
             entity = entities[chunk_id]
             cosine = entity.get("_cosine")
-            if have_vector and (cosine is None or cosine < self._rcfg.similarity_floor):
+            below = cosine is None or cosine < floor
+            if have_vector and self._rcfg.floor_scope == "candidate" and below:
                 dropped += 1
                 continue
             passage = _passage(entity)

@@ -35,6 +35,12 @@ def bm25_text(text: str, stemmer: str | None) -> str:
     return " ".join(words)
 
 
+def chunk_bm25_text(title: str, section: str, text: str, stemmer: str | None) -> str:
+    """A chunk's BM25 document: its document's title and section path, then the chunk (titles carry
+    terms the chunk leaves out: SciFact train nDCG@10 +0.007 for BM25 alone, +0.006 fused)."""
+    return bm25_text(" ".join(part for part in (title, section, text) if part), stemmer)
+
+
 def bm25_scheme(stemmer: str | None) -> str:
     """Recorded on the collection: what its BM25 field holds, so a query is analysed the same way."""
-    return f"words+stem:{stemmer}" if stemmer else "words"
+    return "title+section+text:" + (f"words+stem:{stemmer}" if stemmer else "words")

@@ -1,0 +1,244 @@
+"""Reranker recipe search: which training recipe makes our cross-encoder beat hybrid retrieval, and at
+what training budget. Two halves, so the training can run on a bare GPU box (torch + sentence-transformers):
+
+  python -m bench.reranker_recipes prepare --dataset DIR --out DIR   # here: mine data with our retriever
+  python -m bench.reranker_recipes run --data DIR --out DIR          # anywhere: train recipes, score test
+  python -m bench.reranker_recipes score --data DIR --scores FILE    # here: nDCG@10 per recipe vs hybrid
+
+`prepare` stores each train query's hybrid candidates (up to 30 chunks) with the relevant ones marked,
+each test query's hybrid top-50, and a float16 copy of the base weights."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+POOL = 30
+TEST_DEPTH = 50
+
+
+@dataclass(frozen=True)
+class Recipe:  # the fields of cluster.config.RerankTrainingConfig that the training loop reads
+    name: str
+    loss: str = "listwise"
+    negatives: int = 7
+    epochs: int = 1
+    groups_per_step: int = 4
+    learning_rate: float = 3e-5
+    warmup_ratio: float = 0.1
+    max_length: int = 192
+    bf16: bool = True
+    seed: int = 13
+
+
+RECIPES = [
+    Recipe("bce_n3_e1", loss="bce", negatives=3, groups_per_step=4, learning_rate=5e-5),
+    Recipe("list_n3_e1", negatives=3),
+    Recipe("list_n7_e1", negatives=7),
+    Recipe("list_n7_e1_lr6", negatives=7, learning_rate=6e-5),
+    Recipe("list_n7_e1_len128", negatives=7, max_length=128),
+    Recipe("list_n15_e1", negatives=15, groups_per_step=2),
+    Recipe("list_n7_e3", negatives=7, epochs=3),
+    Recipe("list_n15_e4", negatives=15, epochs=4, groups_per_step=2),
+]
+
+
+def prepare(dataset: Path, out: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from cluster.config import load_config
+    from cluster.local import sidecars_running
+    from cluster.models import resolve_model_path
+    from evals.beir import EvalSet
+    from evals.pipelines import PIPELINES, PipelineRunner
+    from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
+    from serve.rerank import pair_text
+
+    cfg = eval_collection(load_config(None), dataset)
+    out.mkdir(parents=True, exist_ok=True)
+    texts: dict[str, str] = {}
+    records: dict[str, Any] = {"train": [], "test": []}
+    with sidecars_running(cfg):
+        ingest_dataset(cfg, dataset)
+        runner = PipelineRunner(cfg, EVAL_TENANT)
+        for split, depth in (("train", POOL), ("test", TEST_DEPTH)):
+            data = EvalSet.load(dataset, split)
+            for qid, query in data.queries.items():
+                passages = runner.passages(PIPELINES["hybrid"], query)[:depth]
+                for p in passages:
+                    texts[p.chunk_id] = pair_text(p.title, p.text)
+                records[split].append(
+                    {
+                        "qid": qid,
+                        "query": query,
+                        "candidates": [[p.chunk_id, p.doc_id] for p in passages],
+                        "relevant": data.qrels[qid],
+                    }
+                )
+    with gzip.open(out / "data.json.gz", "wt", encoding="utf-8") as handle:
+        json.dump({"texts": texts, **records}, handle)
+    base = Path(resolve_model_path(cfg.train_reranker.base_model))
+    model_dir = out / "base_model"
+    model_dir.mkdir(exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (base / name).exists():
+            (model_dir / name).write_bytes((base / name).read_bytes())
+    weights = load_file(str(base / "model.safetensors"))
+    save_file({k: v.half() for k, v in weights.items()}, str(model_dir / "model.safetensors"))
+    print(json.dumps({"texts": len(texts), "train": len(records["train"]), "test": len(records["test"])}))
+
+
+def groups_for(data: dict[str, Any], recipe: Recipe) -> list[Any]:
+    import random
+
+    from ingest_jobs.reranker_training import TrainingGroup
+
+    rng = random.Random(recipe.seed)
+    texts = data["texts"]
+    out = []
+    for record in data["train"]:
+        relevant = {d for d, g in record["relevant"].items() if g > 0}
+        best: dict[str, str] = {}
+        negatives = []
+        for chunk_id, doc_id in record["candidates"]:
+            if doc_id in relevant:
+                best.setdefault(doc_id, texts[chunk_id])
+            else:
+                negatives.append(texts[chunk_id])
+        if len(negatives) < recipe.negatives:
+            continue
+        for text in best.values():
+            out.append(TrainingGroup(record["query"], text, tuple(rng.sample(negatives, recipe.negatives))))
+    return out
+
+
+def run(data_dir: Path, out: Path, only: list[str], smoke: bool = False) -> None:
+    import torch
+
+    from ingest_jobs.reranker_training import train_cross_encoder
+
+    with gzip.open(data_dir / "data.json.gz", "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    if smoke:  # a few records, to check the script before spending accelerator time on it
+        data["train"], data["test"] = data["train"][:12], data["test"][:3]
+        data["texts"] = dict(list(data["texts"].items())[:64]) | {
+            c: data["texts"][c] for r in data["train"] + data["test"] for c, _ in r["candidates"]
+        }
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model_path = str(data_dir / "base_model")
+    pairs = [(r["query"], data["texts"][c]) for r in data["test"] for c, _ in r["candidates"]]
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
+    results["embedding"] = embed_throughput(data_dir, list(data["texts"].values()))
+    print("embedding", json.dumps(results["embedding"]), flush=True)
+    for recipe in RECIPES:
+        if only and recipe.name not in only:
+            continue
+        groups = groups_for(data, recipe)
+        encoder, outcome = train_cross_encoder(model_path, groups, recipe, device)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            scores = encoder.predict(pairs, batch_size=128, show_progress_bar=False, convert_to_numpy=True)
+        results[recipe.name] = {
+            "recipe": {f.name: getattr(recipe, f.name) for f in fields(recipe)},
+            "groups": len(groups),
+            "training": outcome.summary(),
+            "score_s": round(time.perf_counter() - started, 2),
+            "scores": [round(float(s), 4) for s in scores],
+        }
+        print(recipe.name, json.dumps(outcome.summary()), flush=True)
+        (out / "scores.json").write_text(json.dumps(results), encoding="utf-8")
+
+
+def embed_throughput(data_dir: Path, texts: list[str]) -> dict[str, float]:
+    """The base MiniLM as a sentence embedder over the stored chunk texts (the ingestion job's model)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = SentenceTransformer(str(data_dir / "base_model"), device=device)
+    model.max_seq_length = 256
+    model.encode(texts[:512], batch_size=256)
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        model.to(getattr(torch, dtype))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        model.encode(texts, batch_size=256, normalize_embeddings=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        out[f"chunks_per_s_{dtype}"] = round(len(texts) / (time.perf_counter() - started), 1)
+    return out | {"chunks": len(texts)}
+
+
+def score(data_dir: Path, scores_file: Path, depths: list[int]) -> None:
+    from cluster.config import RerankConfig
+    from evals.metrics import mean_metrics, per_query
+    from serve.rerank import rerank_order
+    from serve.types import Passage
+
+    with gzip.open(data_dir / "data.json.gz", "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    results = json.loads(scores_file.read_text(encoding="utf-8"))
+    qrels = {r["qid"]: r["relevant"] for r in data["test"]}
+
+    def docs(candidates: list[list[str]]) -> list[str]:
+        return list(dict.fromkeys(d for _, d in candidates))
+
+    hybrid = mean_metrics(per_query({r["qid"]: docs(r["candidates"]) for r in data["test"]}, qrels))
+    print(f"hybrid (top-{TEST_DEPTH} candidates)  ndcg@10 {hybrid['ndcg@10']:.4f}")
+    for name, result in results.items():
+        if name in ("device", "embedding"):
+            continue
+        flat = iter(result["scores"])
+        per_record = [[next(flat) for _ in r["candidates"]] for r in data["test"]]
+        t = result["training"]
+        for depth in depths:
+            for order in ("scores", "rrf"):
+                cfg = RerankConfig(order=order)  # type: ignore[arg-type]
+                rankings = {}
+                for record, scores in zip(data["test"], per_record, strict=True):
+                    cands = record["candidates"]
+                    head = [Passage(c, d, "", "") for c, d in cands[:depth]]
+                    ranked = rerank_order(head, scores[:depth], depth, cfg)
+                    rankings[record["qid"]] = docs([[p.chunk_id, p.doc_id] for p in ranked] + cands[depth:])
+                m = mean_metrics(per_query(rankings, qrels))
+                print(
+                    f"{name:20s} depth {depth:2d} {order:6s} ndcg@10 {m['ndcg@10']:.4f} "
+                    f"(delta {m['ndcg@10'] - hybrid['ndcg@10']:+.4f}; {result['groups']} groups, "
+                    f"{t['pairs']} pairs, {t['pairs_per_s']} pairs/s, loss {t['loss_by_tenth'][-1]})"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--dataset", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--data", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--only", nargs="*", default=[])
+    r.add_argument("--smoke", action="store_true")
+    s = sub.add_parser("score")
+    s.add_argument("--data", type=Path, required=True)
+    s.add_argument("--scores", type=Path, required=True)
+    s.add_argument("--depths", type=int, nargs="+", default=[20, 50])
+    args = parser.parse_args()
+    if args.cmd == "prepare":
+        prepare(args.dataset, args.out)
+    elif args.cmd == "run":
+        args.out.mkdir(parents=True, exist_ok=True)
+        run(args.data, args.out, args.only, args.smoke)
+    else:
+        score(args.data, args.scores, args.depths)
+
+
+if __name__ == "__main__":
+    main()
