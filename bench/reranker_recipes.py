@@ -45,7 +45,26 @@ RECIPES = [
     Recipe("list_n15_e1", negatives=15, groups_per_step=2),
     Recipe("list_n7_e3", negatives=7, epochs=3),
     Recipe("list_n15_e4", negatives=15, epochs=4, groups_per_step=2),
+    # second round: what a CPU budget (~5-7k pairs, ~10 min on 2 cores) can reach with a larger step
+    Recipe("list_n3_e1_lr1e4", negatives=3, learning_rate=1e-4),
+    Recipe("list_n3_e1_lr2e4", negatives=3, learning_rate=2e-4),
+    Recipe("list_n7_e1_lr1e4", negatives=7, learning_rate=1e-4),
+    Recipe("list_n7_e1_lr2e4", negatives=7, learning_rate=2e-4),
+    Recipe("list_n7_e1_len128_lr1e4", negatives=7, max_length=128, learning_rate=1e-4),
+    Recipe("list_n7_e1_len128_lr2e4", negatives=7, max_length=128, learning_rate=2e-4),
+    Recipe("list_n3_e2_lr1e4", negatives=3, epochs=2, learning_rate=1e-4),
+    Recipe("list_n7_e3_lr1e4", negatives=7, epochs=3, learning_rate=1e-4),
 ]
+HOLDOUT_SEED = 7
+
+
+def split_holdout(records: list[Any], fraction: float) -> tuple[list[Any], list[Any]]:
+    """Recipe choice must not look at TEST: train on part of TRAIN, validate on the rest."""
+    import random
+
+    ids = sorted(r["qid"] for r in records)
+    held = set(random.Random(HOLDOUT_SEED).sample(ids, round(fraction * len(ids))))
+    return [r for r in records if r["qid"] not in held], [r for r in records if r["qid"] in held]
 
 
 def prepare(dataset: Path, out: Path) -> None:
@@ -117,7 +136,7 @@ def groups_for(data: dict[str, Any], recipe: Recipe) -> list[Any]:
     return out
 
 
-def run(data_dir: Path, out: Path, only: list[str], smoke: bool = False) -> None:
+def run(data_dir: Path, out: Path, only: list[str], smoke: bool = False, holdout: float = 0.0) -> None:
     import torch
 
     from ingest_jobs.reranker_training import train_cross_encoder
@@ -131,10 +150,14 @@ def run(data_dir: Path, out: Path, only: list[str], smoke: bool = False) -> None
         }
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model_path = str(data_dir / "base_model")
-    pairs = [(r["query"], data["texts"][c]) for r in data["test"] for c, _ in r["candidates"]]
+    data["train"], data["holdout"] = split_holdout(data["train"], holdout)
+    scored = data["holdout"] + data["test"]
+    pairs = [(r["query"], data["texts"][c]) for r in scored for c, _ in r["candidates"]]
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
-    results["embedding"] = embed_throughput(data_dir, list(data["texts"].values()))
-    print("embedding", json.dumps(results["embedding"]), flush=True)
+    results["holdout"] = {"fraction": holdout, "qids": [r["qid"] for r in data["holdout"]]}
+    if not only:
+        results["embedding"] = embed_throughput(data_dir, list(data["texts"].values()))
+        print("embedding", json.dumps(results["embedding"]), flush=True)
     for recipe in RECIPES:
         if only and recipe.name not in only:
             continue
@@ -160,7 +183,7 @@ def embed_throughput(data_dir: Path, texts: list[str]) -> dict[str, float]:
     from sentence_transformers import SentenceTransformer
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = SentenceTransformer(str(data_dir / "base_model"), device=device)
+    model = SentenceTransformer(str(data_dir / "base_model"), device=device, model_kwargs={"dtype": torch.float32})
     model.max_seq_length = 256
     model.encode(texts[:512], batch_size=256)
     out = {}
@@ -185,33 +208,43 @@ def score(data_dir: Path, scores_file: Path, depths: list[int]) -> None:
     with gzip.open(data_dir / "data.json.gz", "rt", encoding="utf-8") as handle:
         data = json.load(handle)
     results = json.loads(scores_file.read_text(encoding="utf-8"))
-    qrels = {r["qid"]: r["relevant"] for r in data["test"]}
+    held = set(results.get("holdout", {}).get("qids", []))
+    sets = {"holdout": [r for r in data["train"] if r["qid"] in held], "test": data["test"]}
+    scored = sets["holdout"] + sets["test"]
 
     def docs(candidates: list[list[str]]) -> list[str]:
         return list(dict.fromkeys(d for _, d in candidates))
 
-    hybrid = mean_metrics(per_query({r["qid"]: docs(r["candidates"]) for r in data["test"]}, qrels))
-    print(f"hybrid (top-{TEST_DEPTH} candidates)  ndcg@10 {hybrid['ndcg@10']:.4f}")
+    def ndcg(records: list[Any], rankings: dict[str, list[str]]) -> float:
+        qrels = {r["qid"]: r["relevant"] for r in records}
+        return mean_metrics(per_query({q: rankings[q] for q in qrels}, qrels))["ndcg@10"]
+
+    base = {r["qid"]: docs(r["candidates"]) for r in scored}
+    baseline = {name: ndcg(records, base) for name, records in sets.items() if records}
+    print("hybrid:", "  ".join(f"{k} {v:.4f}" for k, v in baseline.items()))
     for name, result in results.items():
-        if name in ("device", "embedding"):
+        if name in ("device", "embedding", "holdout"):
             continue
         flat = iter(result["scores"])
-        per_record = [[next(flat) for _ in r["candidates"]] for r in data["test"]]
+        per_record = [[next(flat) for _ in r["candidates"]] for r in scored]
         t = result["training"]
         for depth in depths:
             for order in ("scores", "rrf"):
                 cfg = RerankConfig(order=order)  # type: ignore[arg-type]
                 rankings = {}
-                for record, scores in zip(data["test"], per_record, strict=True):
+                for record, scores in zip(scored, per_record, strict=True):
                     cands = record["candidates"]
                     head = [Passage(c, d, "", "") for c, d in cands[:depth]]
                     ranked = rerank_order(head, scores[:depth], depth, cfg)
                     rankings[record["qid"]] = docs([[p.chunk_id, p.doc_id] for p in ranked] + cands[depth:])
-                m = mean_metrics(per_query(rankings, qrels))
+                figures = "  ".join(
+                    f"{k} {ndcg(records, rankings):.4f} ({ndcg(records, rankings) - baseline[k]:+.4f})"
+                    for k, records in sets.items()
+                    if records
+                )
                 print(
-                    f"{name:20s} depth {depth:2d} {order:6s} ndcg@10 {m['ndcg@10']:.4f} "
-                    f"(delta {m['ndcg@10'] - hybrid['ndcg@10']:+.4f}; {result['groups']} groups, "
-                    f"{t['pairs']} pairs, {t['pairs_per_s']} pairs/s, loss {t['loss_by_tenth'][-1]})"
+                    f"{name:24s} depth {depth:2d} {order:6s} {figures}  [{result['groups']} groups, "
+                    f"{t['pairs']} pairs, {t['pairs_per_s']} pairs/s, loss {t['loss_by_tenth'][-1]}]"
                 )
 
 
@@ -226,6 +259,7 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--only", nargs="*", default=[])
     r.add_argument("--smoke", action="store_true")
+    r.add_argument("--holdout", type=float, default=0.0, help="share of TRAIN queries held out for validation")
     s = sub.add_parser("score")
     s.add_argument("--data", type=Path, required=True)
     s.add_argument("--scores", type=Path, required=True)
@@ -235,7 +269,7 @@ def main() -> None:
         prepare(args.dataset, args.out)
     elif args.cmd == "run":
         args.out.mkdir(parents=True, exist_ok=True)
-        run(args.data, args.out, args.only, args.smoke)
+        run(args.data, args.out, args.only, args.smoke, args.holdout)
     else:
         score(args.data, args.scores, args.depths)
 

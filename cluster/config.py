@@ -261,13 +261,17 @@ class RetrieveConfig(Section):
 
 class RerankConfig(Section):
     model: str | None = Field(default=None, description="cross-encoder path or id; unset = stage skipped")
+    rerank_default: bool = Field(
+        default=True,
+        description="rerank when the request does not say (the eval gate checks it is the better pipeline)",
+    )
     timeout_s: float = Field(default=3.0, gt=0)
-    max_length: int = Field(default=256, gt=0)
+    max_length: int | None = Field(default=None, gt=0, description="tokens per pair; unset = the model's own")
     batch_max_size: int = Field(default=16, gt=0)
     batch_wait_timeout_s: float = Field(default=0.01, ge=0)
-    depth: int = Field(default=20, gt=0, description="fused candidates the cross-encoder scores")
+    depth: int = Field(default=30, gt=0, description="fused candidates the cross-encoder scores")
     order: Literal["scores", "rrf"] = Field(
-        default="scores",
+        default="rrf",
         description="scores: order by cross-encoder score; rrf: reciprocal-rank fusion of the cross-encoder's "
         "rank with the retrieval rank (a weak reranker then refines the order instead of replacing it)",
     )
@@ -289,9 +293,9 @@ class RerankTrainingConfig(Section):
     negative_pool: int = Field(default=30, gt=0, description="hybrid candidates the negatives are drawn from")
     epochs: int = Field(default=1, ge=1)
     groups_per_step: int = Field(default=4, gt=0, description="positives (each with its negatives) per step")
-    learning_rate: float = Field(default=3e-5, gt=0)
+    learning_rate: float = Field(default=2e-4, gt=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
-    max_length: int = Field(default=192, gt=0)
+    max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
     bf16: bool = Field(default=True, description="bf16 autocast (CPU and GPU)")
     seed: int = 13
     gpus: float = Field(default=1.0, ge=0, description="GPUs of the Ray task when the cluster has any")

@@ -29,6 +29,8 @@ class PipelineSpec:
     depth: int = EVAL_DEPTH
     rerank: bool = False
     hyde: bool = False
+    # the service's own candidate counts instead of the eval's deeper ones (abstention, negative mining)
+    service_depth: bool = False
 
     @property
     def needs_llm(self) -> bool:
@@ -45,6 +47,7 @@ PIPELINES = {
     "hybrid_hyde": PipelineSpec("hybrid_hyde", hyde=True),
     "hybrid_hyde_rerank": PipelineSpec("hybrid_hyde_rerank", hyde=True, rerank=True),
 }
+SERVICE_HYBRID = replace(PIPELINES["hybrid"], service_depth=True)
 NO_LLM_PIPELINES = [name for name, spec in PIPELINES.items() if not spec.needs_llm]
 
 
@@ -84,7 +87,7 @@ class PipelineRunner:
         self._scorer = scorer
         self._hyde = hyde
         self._base = cfg
-        self._retrievers: dict[float, HybridRetriever] = {}
+        self._retrievers: dict[tuple[float, bool], HybridRetriever] = {}
         self._embedder = SentenceTransformerEmbedder(cfg.embedding)  # one model load for every floor
 
     def check(self, spec: PipelineSpec) -> None:
@@ -93,18 +96,22 @@ class PipelineRunner:
         if spec.hyde and self._hyde is None:
             raise ValueError(f"pipeline {spec.name} needs the LLM stage (serve.llm.enabled)")
 
-    def retriever(self, floor: float) -> HybridRetriever:
-        if floor not in self._retrievers:
-            retriever = HybridRetriever(eval_config(self._base, floor), self._embedder)
+    def retriever(self, floor: float, service_depth: bool = False) -> HybridRetriever:
+        key = (floor, service_depth)
+        if key not in self._retrievers:
+            cfg = eval_config(self._base, floor)
+            if service_depth:
+                cfg.serve.retrieve = self._base.serve.retrieve.model_copy(update={"similarity_floor": floor})
+            retriever = HybridRetriever(cfg, self._embedder)
             retriever.warm_up()
-            self._retrievers[floor] = retriever
-        return self._retrievers[floor]
+            self._retrievers[key] = retriever
+        return self._retrievers[key]
 
     def passages(self, spec: PipelineSpec, query: str, floor: float | None = None) -> list[Passage]:
         """`floor` overrides the configured floor (a pipeline without a floor ignores both)."""
         if floor is None:
             floor = self._cfg.serve.retrieve.similarity_floor
-        retriever = self.retriever(floor if spec.floor else NO_FLOOR)
+        retriever = self.retriever(floor if spec.floor else NO_FLOOR, spec.service_depth)
         hyde_passage = self._hyde(query) if spec.hyde and self._hyde else None
         result = retriever.retrieve(self._tenant, query, "", hyde_passage, use_dense=spec.dense, use_bm25=spec.bm25)
         passages = result.passages
@@ -119,6 +126,6 @@ class PipelineRunner:
 
     def max_cosine(self, query: str) -> float | None:
         """The best dense cosine among hybrid candidates: the floor abstains exactly when it is below."""
-        passages = self.passages(replace(PIPELINES["hybrid"], floor=False), query)
+        passages = self.passages(SERVICE_HYBRID, query, NO_FLOOR)
         cosines = [p.dense_score for p in passages if p.dense_score is not None]
         return max(cosines) if cosines else None

@@ -24,10 +24,11 @@ from evals.abstention import (
 )
 from evals.beir import EvalSet, corpus_files
 from evals.metrics import METRICS, Ranking, mean_metrics, per_query
-from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, PipelineRunner, PipelineSpec
+from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, SERVICE_HYBRID, PipelineRunner, PipelineSpec
 from evals.report import write_report
 
 EVAL_TENANT = "eval"
+EVAL_COLLECTION_PREFIX = "ragc_eval_"
 
 
 @dataclass
@@ -46,7 +47,7 @@ class EvalRequest:
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
     out = cfg.model_copy(deep=True)
-    out.milvus.collection = "ragc_eval_" + re.sub(r"[^0-9a-zA-Z_]", "_", dataset.resolve().name).lower()
+    out.milvus.collection = EVAL_COLLECTION_PREFIX + re.sub(r"[^0-9a-zA-Z_]", "_", dataset.resolve().name).lower()
     return out
 
 
@@ -64,6 +65,27 @@ def corpus_source(cfg: RagcConfig, dataset: Path) -> Path:
     return source
 
 
+def sibling_eval_collections(cfg: RagcConfig) -> tuple[str, ...]:
+    """Other datasets' evaluation collections embedded with the same model: a variant of a dataset
+    (same document ids and texts, hence the same chunk ids) reuses their vectors instead of embedding."""
+    from cluster.store.client import connect
+    from cluster.store.collections import Collections, ledger_name
+    from ingest_jobs.reindex import same_vectors
+
+    collections = Collections(connect(cfg), cfg)
+    own = set(collections.generations())
+    wanted = collections.wanted_identity()
+    names = [
+        n
+        for n in collections.client.list_collections()
+        if n.startswith(EVAL_COLLECTION_PREFIX) and n not in own and not n.endswith(ledger_name(""))
+    ]
+    reusable = tuple(n for n in names if same_vectors(collections.identity_of(n), wanted))
+    for name in reusable:
+        collections.client.load_collection(name)
+    return reusable
+
+
 def ingest_dataset(cfg: RagcConfig, dataset: Path) -> dict[str, Any]:
     """The normal ingestion job into the dataset's evaluation collection; an index built with other
     settings (BM25 text, chunker, model) is rebuilt, reusing its vectors where the model is the same."""
@@ -73,7 +95,7 @@ def ingest_dataset(cfg: RagcConfig, dataset: Path) -> dict[str, Any]:
 
     source = corpus_source(cfg, dataset)
     try:
-        report = run_sync(cfg, source, EVAL_TENANT, prune=True)
+        report = run_sync(cfg, source, EVAL_TENANT, True, sibling_eval_collections(cfg))
     except CollectionMismatchError as exc:
         print(f"eval: rebuilding {cfg.milvus.collection}: {exc}", file=sys.stderr, flush=True)
         report = run_reindex(cfg, [TenantSource(EVAL_TENANT, source)]).tenants[0]
@@ -96,7 +118,8 @@ def choose_pipelines(requested: list[str] | None, cfg: RagcConfig) -> list[Pipel
 def default_pipeline(cfg: RagcConfig) -> str:
     """What the service runs for a plain query (rewrite and HyDE off by default, rerank when configured)."""
     hyde = "_hyde" if cfg.serve.rewrite.hyde_default and cfg.serve.llm.enabled else ""
-    return f"hybrid{hyde}{'_rerank' if cfg.serve.rerank.model else ''}"
+    rerank = "_rerank" if cfg.serve.rerank.model and cfg.serve.rerank.rerank_default else ""
+    return f"hybrid{hyde}{rerank}"
 
 
 def score_pipeline(rank: Callable[[str], Ranking], eval_set: EvalSet) -> dict[str, Any]:
@@ -119,8 +142,7 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
     best_eval = {q: runner.max_cosine(text) for q, text in eval_set.queries.items()}
     chosen = choose_floor(best_tune, unanswerable)
     # the test figures come from the retriever itself with that floor, not from the cosines above
-    hybrid = PIPELINES["hybrid"]
-    empty = {q for q, text in eval_set.queries.items() if not runner.passages(hybrid, text, chosen.floor)}
+    empty = {q for q, text in eval_set.queries.items() if not runner.passages(SERVICE_HYBRID, text, chosen.floor)}
     answerable, unanswered = split_members(eval_set.qrels, unanswerable)
     abstention = round(sum(q in empty for q in unanswered) / max(1, len(unanswered)), 4)
     false_abstention = round(sum(q in empty for q in answerable) / max(1, len(answerable)), 4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,15 +46,21 @@ class TrainingOutcome:
 
 
 def train_cross_encoder(
-    model_path: str, groups: list[TrainingGroup], recipe: RerankTrainingConfig, device: str
+    model_path: str,
+    groups: list[TrainingGroup],
+    recipe: RerankTrainingConfig,
+    device: str,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[Any, TrainingOutcome]:
-    """Returns the trained `CrossEncoder` and what the run did."""
+    """Returns the trained `CrossEncoder` and what the run did; `progress` hears each tenth's loss."""
     import torch
     from sentence_transformers import CrossEncoder
 
     torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)
-    encoder = CrossEncoder(model_path, num_labels=1, max_length=recipe.max_length, device=device)
+    encoder = CrossEncoder(  # fp32 master weights whatever the checkpoint holds; bf16 only under autocast
+        model_path, num_labels=1, max_length=recipe.max_length, device=device, model_kwargs={"dtype": torch.float32}
+    )
     model, tokenizer = encoder.model, encoder.tokenizer
     model.train()
     steps_per_epoch = math.ceil(len(groups) / recipe.groups_per_step)
@@ -83,6 +90,9 @@ def train_cross_encoder(
             if len(window) >= max(1, total // 10):
                 outcome.losses.append(sum(window) / len(window))
                 window = []
+                if progress is not None:
+                    rate = outcome.pairs / (time.perf_counter() - started)
+                    progress(f"step {outcome.steps}/{total} loss {outcome.losses[-1]:.4f} ({rate:.1f} pairs/s)")
     if window:
         outcome.losses.append(sum(window) / len(window))
     outcome.seconds = time.perf_counter() - started

@@ -75,13 +75,16 @@ def count_chunks(client: MilvusClient, collection: str, tenant: str) -> int:
     return int(rows[0]["count(*)"]) if rows else 0
 
 
-def run_sync(cfg: RagcConfig, source: Path, tenant: str, prune: bool = False) -> SyncReport:
+def run_sync(
+    cfg: RagcConfig, source: Path, tenant: str, prune: bool = False, reuse_from: tuple[str, ...] = ()
+) -> SyncReport:
+    """`reuse_from`: other collections of the same embedding model whose vectors may be reused by chunk id."""
     started = time.perf_counter()
     check_tenant(tenant)
     client = connect(cfg)
     collections = Collections(client, cfg)
     active = collections.ensure()
-    report = sync_into(cfg, client, active, source, tenant, prune)
+    report = sync_into(cfg, client, active, source, tenant, prune, reuse_from)
     if report.changed_anything:
         report.index_version = collections.bump_index_version()
     else:

@@ -19,7 +19,7 @@ from cluster.store.client import connect
 from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
 from evals.beir import EvalSet, load_qrels
-from evals.pipelines import PIPELINES, PipelineRunner
+from evals.pipelines import SERVICE_HYBRID, PipelineRunner
 from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
 from ingest_jobs.reranker_training import TrainingGroup, train_cross_encoder
 from serve.rerank import pair_text
@@ -70,7 +70,7 @@ def mine_groups(
     """One group per (query, relevant document): its best retrieved chunk, and negatives sampled from the
     query's hybrid candidates that are not relevant."""
     rng = random.Random(recipe.seed)
-    hybrid = PIPELINES["hybrid"]
+    hybrid = SERVICE_HYBRID  # negatives come from what the service's reranker will actually see
     groups: list[TrainingGroup] = []
     for qid, query in train.queries.items():
         relevant = {d for d, grade in train.qrels[qid].items() if grade > 0}
@@ -90,11 +90,15 @@ def mine_groups(
     return groups
 
 
+def _progress(line: str) -> None:
+    print(f"train-reranker: {line}", file=sys.stderr, flush=True)
+
+
 def train_and_save(
     model_path: str, groups: list[TrainingGroup], recipe: RerankTrainingConfig, device: str, out: str
 ) -> dict[str, Any]:
     set_torch_threads()
-    encoder, outcome = train_cross_encoder(model_path, groups, recipe, device)
+    encoder, outcome = train_cross_encoder(model_path, groups, recipe, device, _progress)
     encoder.save(out)
     return outcome.summary() | {"device": device}
 

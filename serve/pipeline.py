@@ -162,7 +162,7 @@ class QueryPipeline:
         top_k = request.top_k or cfg.default_top_k
         want_rewrite = cfg.rewrite.rewrite_default if request.rewrite is None else request.rewrite
         want_hyde = cfg.rewrite.hyde_default if request.hyde is None else request.hyde
-        want_rerank = True if request.rerank is None else request.rerank
+        want_rerank = cfg.rerank.rerank_default if request.rerank is None else request.rerank
         history = [t.model_dump() for t in request.history]
 
         started = time.perf_counter()

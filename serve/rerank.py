@@ -32,7 +32,7 @@ class CrossEncoderScorer:
         self._model = CrossEncoder(
             resolve_model_path(cfg.model),
             num_labels=1,
-            max_length=cfg.max_length,
+            max_length=cfg.max_length,  # None: the length the model was trained and saved with
             device=pick_device("auto"),
             model_kwargs={"dtype": getattr(torch, cfg.dtype)},
         )
