@@ -116,3 +116,21 @@ def test_stdout_summary_leaves_the_curves_to_the_report() -> None:
     result = {"abstention": {"curves": {"train": []}, "test": {}}, "queries": 3}
     assert stdout_summary(result) == {"abstention": {"test": {}}, "queries": 3}
     assert "curves" in result["abstention"]
+
+
+def fused(scope: str, cosines: dict[str, float]) -> list[str]:
+    from serve.retrieve import HybridRetriever
+
+    cfg = RagcConfig.model_validate({"serve": {"retrieve": {"similarity_floor": 0.5, "floor_scope": scope}}})
+    retriever = HybridRetriever(cfg, embedder=object())  # type: ignore[arg-type]
+    hits = [{"id": cid, "doc_id": cid, "tenant_id": "t", "text": cid, "_cosine": c} for cid, c in cosines.items()]
+    result = retriever._fuse({"dense": hits}, {"dense": "ok"}, have_vector=True)
+    return [p.chunk_id for p in result.passages]
+
+
+def test_the_floor_gates_the_question_by_default_and_can_drop_candidates() -> None:
+    mixed = {"strong": 0.7, "weak-but-lexical": 0.2}
+    assert fused("query", mixed) == ["strong", "weak-but-lexical"]
+    assert fused("candidate", mixed) == ["strong"]
+    nothing = {"a": 0.3, "b": 0.2}
+    assert fused("query", nothing) == [] and fused("candidate", nothing) == []
