@@ -145,6 +145,7 @@ def cmd_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout ends with the JSON line
     from evals.runner import EvalRequest, run_eval, stdout_summary
 
     request = EvalRequest(

@@ -8,6 +8,8 @@ from cluster.config import RagcConfig
 
 
 class InProcessHyde:
+    """Counts what it produced: a small model's passage is often refused by the stage's checks."""
+
     def __init__(self, cfg: RagcConfig) -> None:
         from serve.llm_engine import LLMEngine
         from serve.rewrite import RewriteStage
@@ -16,7 +18,14 @@ class InProcessHyde:
         self._loop = asyncio.new_event_loop()
         self._engine = LLMEngine(config, cfg.serve.rewrite.engine)
         self._stage = RewriteStage(config, self._engine)
+        self.statuses: dict[str, int] = {}
 
     def __call__(self, query: str) -> str | None:
         result = self._loop.run_until_complete(self._stage.rewrite(query, [], False, True))
+        status = "passage" if result.hyde_passage else f"none ({result.status}: {result.detail})"
+        self.statuses[status] = self.statuses.get(status, 0) + 1
         return result.hyde_passage
+
+    def close(self) -> None:
+        self._engine.shutdown()
+        self._loop.close()

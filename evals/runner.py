@@ -23,6 +23,7 @@ from evals.abstention import (
     split_members,
 )
 from evals.beir import EvalSet, corpus_files
+from evals.hyde import InProcessHyde
 from evals.metrics import METRICS, Ranking, mean_metrics, per_query
 from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, SERVICE_HYBRID, PipelineRunner, PipelineSpec
 from evals.report import write_report
@@ -188,13 +189,20 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
     with sidecars_running(ecfg) as ephemeral:
         result["ephemeral_cluster"] = ephemeral
         result["ingest"] = ingest_dataset(ecfg, req.dataset)
-        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=_scorer(ecfg, specs), hyde=_hyde(ecfg, specs))
+        hyde = _hyde(ecfg, specs)
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=_scorer(ecfg, specs), hyde=hyde)
         for spec in specs:
             runner.check(spec)
         pipelines: dict[str, Any] = {}
-        for spec in specs:
-            print(f"eval: {spec.name} over {len(eval_set.queries)} queries", file=sys.stderr, flush=True)
-            pipelines[spec.name] = score_pipeline(partial(runner.ranking, spec), eval_set)
+        try:
+            for spec in specs:
+                print(f"eval: {spec.name} over {len(eval_set.queries)} queries", file=sys.stderr, flush=True)
+                pipelines[spec.name] = score_pipeline(partial(runner.ranking, spec), eval_set)
+        finally:
+            if hyde is not None:
+                hyde.close()
+        if hyde is not None:
+            result["hyde"] = hyde.statuses
         result["pipelines"] = pipelines
         if req.unanswerable:
             result["abstention"] = abstention_section(runner, req, eval_set)
@@ -218,11 +226,9 @@ def _scorer(cfg: RagcConfig, specs: list[PipelineSpec]) -> Any:
     return CrossEncoderScorer(cfg.serve.rerank)
 
 
-def _hyde(cfg: RagcConfig, specs: list[PipelineSpec]) -> Any:
+def _hyde(cfg: RagcConfig, specs: list[PipelineSpec]) -> InProcessHyde | None:
     if not any(s.hyde for s in specs) or not cfg.serve.llm.enabled:
         return None
-    from evals.hyde import InProcessHyde
-
     return InProcessHyde(cfg)
 
 
