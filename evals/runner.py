@@ -99,7 +99,9 @@ def ingest_dataset(cfg: RagcConfig, dataset: Path) -> dict[str, Any]:
         report = run_sync(cfg, source, EVAL_TENANT, True, sibling_eval_collections(cfg))
     except CollectionMismatchError as exc:
         print(f"eval: rebuilding {cfg.milvus.collection}: {exc}", file=sys.stderr, flush=True)
-        report = run_reindex(cfg, [TenantSource(EVAL_TENANT, source)]).tenants[0]
+        rebuilt = run_reindex(cfg, [TenantSource(EVAL_TENANT, source)])
+        report = rebuilt.tenants[0]
+        report.seconds, report.index_version = rebuilt.seconds, rebuilt.index_version
     if report.failed:
         reasons = "; ".join(f"{f.doc_id}: {f.reason}" for f in report.failures[:5])
         raise RuntimeError(f"{report.failed} documents of {dataset} failed to ingest: {reasons}")
