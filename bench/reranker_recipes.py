@@ -115,24 +115,15 @@ def prepare(dataset: Path, out: Path) -> None:
 def groups_for(data: dict[str, Any], recipe: Recipe) -> list[Any]:
     import random
 
-    from ingest_jobs.reranker_training import TrainingGroup
+    from ingest_jobs.reranker_training import query_groups
 
     rng = random.Random(recipe.seed)
     texts = data["texts"]
     out = []
     for record in data["train"]:
         relevant = {d for d, g in record["relevant"].items() if g > 0}
-        best: dict[str, str] = {}
-        negatives = []
-        for chunk_id, doc_id in record["candidates"]:
-            if doc_id in relevant:
-                best.setdefault(doc_id, texts[chunk_id])
-            else:
-                negatives.append(texts[chunk_id])
-        if len(negatives) < recipe.negatives:
-            continue
-        for text in best.values():
-            out.append(TrainingGroup(record["query"], text, tuple(rng.sample(negatives, recipe.negatives))))
+        candidates = [(doc_id, texts[chunk_id]) for chunk_id, doc_id in record["candidates"]]
+        out += query_groups(record["query"], candidates, relevant, recipe.negatives, rng)
     return out
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from cluster.config import RagcConfig
 from cluster.models import SentenceTransformerEmbedder
-from serve.rerank import PairScorer, pair_text, rerank_order
+from serve.rerank import PairScorer, rerank_order, rerank_pairs
 from serve.retrieve import HybridRetriever
 from serve.types import Passage
 
@@ -99,9 +99,8 @@ class PipelineRunner:
     def retriever(self, floor: float, service_depth: bool = False) -> HybridRetriever:
         key = (floor, service_depth)
         if key not in self._retrievers:
-            cfg = eval_config(self._base, floor)
-            if service_depth:
-                cfg.serve.retrieve = self._base.serve.retrieve.model_copy(update={"similarity_floor": floor})
+            cfg = self._base.model_copy(deep=True) if service_depth else eval_config(self._base)
+            cfg.serve.retrieve.similarity_floor = floor
             retriever = HybridRetriever(cfg, self._embedder)
             retriever.warm_up()
             self._retrievers[key] = retriever
@@ -117,7 +116,7 @@ class PipelineRunner:
         passages = result.passages
         if spec.rerank and self._scorer is not None and passages:
             head = passages[: self._cfg.serve.rerank.depth]
-            scores = self._scorer.score([(query, pair_text(p.title, p.text)) for p in head])
+            scores = self._scorer.score(rerank_pairs(query, head))
             passages = rerank_order(head, scores, len(head), self._cfg.serve.rerank) + passages[len(head) :]
         return passages
 

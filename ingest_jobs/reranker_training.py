@@ -24,6 +24,32 @@ class TrainingGroup:
     negatives: tuple[str, ...]
 
 
+def query_groups(
+    query: str,
+    candidates: list[tuple[str, str]],
+    relevant: set[str],
+    negatives: int,
+    rng: random.Random,
+    missing_positives: Callable[[list[str]], dict[str, str]] | None = None,
+) -> list[TrainingGroup]:
+    """One group per relevant document: its best-ranked candidate text (else the text `missing_positives`
+    gives for it), with `negatives` sampled from the candidates that are not relevant.
+
+    `candidates`: (doc_id, text) in retrieval order. A query with too few negatives gives no group."""
+    best: dict[str, str] = {}
+    pool: list[str] = []
+    for doc_id, text in candidates:
+        if doc_id in relevant:
+            best.setdefault(doc_id, text)
+        else:
+            pool.append(text)
+    if len(pool) < negatives:
+        return []
+    if missing_positives is not None:
+        best |= {d: t for d, t in missing_positives(sorted(relevant - set(best))).items() if d not in best}
+    return [TrainingGroup(query, text, tuple(rng.sample(pool, negatives))) for text in best.values()]
+
+
 @dataclass
 class TrainingOutcome:
     steps: int = 0

@@ -10,6 +10,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from cluster.store.schema import ChunkFields
 from evals.beir import EvalSet, load_qrels
 from evals.pipelines import SERVICE_HYBRID, PipelineRunner
 from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
-from ingest_jobs.reranker_training import TrainingGroup, train_cross_encoder
+from ingest_jobs.reranker_training import TrainingGroup, query_groups, train_cross_encoder
 from serve.rerank import pair_text
 
 HELD_OUT_SPLITS = ("test",)
@@ -48,11 +49,10 @@ def training_queries(req: TrainRequest) -> EvalSet:
     return EvalSet(train.name, train.split, kept, {q: train.qrels[q] for q in kept})
 
 
-def first_chunks(cfg: RagcConfig, doc_ids: list[str]) -> dict[str, str]:
+def first_chunks(client: Any, cfg: RagcConfig, doc_ids: list[str]) -> dict[str, str]:
     """Chunk 0 of documents the retriever did not bring back (positives still need a text)."""
     if not doc_ids:
         return {}
-    client = connect(cfg)
     rows = client.query(
         cfg.milvus.collection,
         filter=all_of(
@@ -60,33 +60,25 @@ def first_chunks(cfg: RagcConfig, doc_ids: list[str]) -> dict[str, str]:
         ),
         output_fields=[ChunkFields.DOC_ID, ChunkFields.TITLE, ChunkFields.TEXT],
     )
-    client.close()
     return {r[ChunkFields.DOC_ID]: pair_text(r[ChunkFields.TITLE], r[ChunkFields.TEXT]) for r in rows}
 
 
 def mine_groups(
     cfg: RagcConfig, runner: PipelineRunner, train: EvalSet, recipe: RerankTrainingConfig
 ) -> list[TrainingGroup]:
-    """One group per (query, relevant document): its best retrieved chunk, and negatives sampled from the
-    query's hybrid candidates that are not relevant."""
+    """Per TRAIN question, negatives from the hybrid candidates the service's reranker would see."""
     rng = random.Random(recipe.seed)
-    hybrid = SERVICE_HYBRID  # negatives come from what the service's reranker will actually see
+    client = connect(cfg)
+    missing = partial(first_chunks, client, cfg)
     groups: list[TrainingGroup] = []
-    for qid, query in train.queries.items():
-        relevant = {d for d, grade in train.qrels[qid].items() if grade > 0}
-        candidates = runner.passages(hybrid, query, floor=-1.0)[: recipe.negative_pool]
-        best: dict[str, str] = {}
-        negatives: list[str] = []
-        for p in candidates:
-            if p.doc_id in relevant:
-                best.setdefault(p.doc_id, pair_text(p.title, p.text))
-            else:
-                negatives.append(pair_text(p.title, p.text))
-        best |= {d: t for d, t in first_chunks(cfg, sorted(relevant - set(best))).items() if d not in best}
-        if len(negatives) < recipe.negatives:
-            continue
-        for text in best.values():
-            groups.append(TrainingGroup(query, text, tuple(rng.sample(negatives, recipe.negatives))))
+    try:
+        for qid, query in train.queries.items():
+            relevant = {d for d, grade in train.qrels[qid].items() if grade > 0}
+            passages = runner.passages(SERVICE_HYBRID, query, floor=-1.0)[: recipe.negative_pool]
+            candidates = [(p.doc_id, pair_text(p.title, p.text)) for p in passages]
+            groups += query_groups(query, candidates, relevant, recipe.negatives, rng, missing)
+    finally:
+        client.close()
     return groups
 
 

@@ -61,6 +61,10 @@ def pair_text(title: str, text: str) -> str:
     return f"{title}\n{text}" if title and not text.startswith(title) else text
 
 
+def rerank_pairs(query: str, passages: list[Passage]) -> Pairs:
+    return [(query, pair_text(p.title, p.text)) for p in passages]
+
+
 def order_by_scores(passages: list[Passage], scores: list[float], top_n: int) -> list[Passage]:
     ranked = sorted(zip(passages, scores, strict=True), key=lambda ps: -ps[1])
     out = []
@@ -113,7 +117,7 @@ class RerankStage(FaultHooks):
             return passages[:top_n], "skipped"
         await self._injected_delay()
         head = passages[: self._cfg.depth]
-        scores = await self._score_batch([(query, pair_text(p.title, p.text)) for p in head])
+        scores = await self._score_batch(rerank_pairs(query, head))
         return rerank_order(head, scores, top_n, self._cfg), "ok"
 
     def check_health(self) -> None:

@@ -134,3 +134,22 @@ def test_the_floor_gates_the_question_by_default_and_can_drop_candidates() -> No
     assert fused("candidate", mixed) == ["strong"]
     nothing = {"a": 0.3, "b": 0.2}
     assert fused("query", nothing) == [] and fused("candidate", nothing) == []
+
+
+def test_training_groups_take_the_best_positive_chunk_and_sample_only_non_relevant_negatives() -> None:
+    import random
+
+    from ingest_jobs.reranker_training import query_groups
+
+    candidates = [("d1", "neg a"), ("p1", "pos 1 best"), ("p1", "pos 1 worse"), ("d2", "neg b"), ("d3", "neg c")]
+    fetched: list[list[str]] = []
+
+    def missing(doc_ids: list[str]) -> dict[str, str]:
+        fetched.append(doc_ids)
+        return {d: f"chunk 0 of {d}" for d in doc_ids}
+
+    groups = query_groups("q", candidates, {"p1", "p2"}, 2, random.Random(1), missing)
+    assert fetched == [["p2"]]  # only the relevant document the retriever missed
+    assert [g.positive for g in groups] == ["pos 1 best", "chunk 0 of p2"]
+    assert all(len(g.negatives) == 2 and set(g.negatives) <= {"neg a", "neg b", "neg c"} for g in groups)
+    assert query_groups("q", candidates, {"p1"}, 4, random.Random(1)) == []  # too few negatives
