@@ -251,7 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--limit", type=int, default=0, help="first N documents (llm: follow-up turns); 0 = all")
     bench.add_argument("--clients", type=int, default=16, help="query: concurrent closed-loop clients")
-    bench.add_argument("--duration", type=float, default=30.0, help="query: seconds of load per system")
+    bench.add_argument(
+        "--duration",
+        type=float,
+        default=120.0,
+        help="query: measured seconds of load per system (after a 20 s warm-up)",
+    )
     bench.add_argument("--questions", type=int, default=100, help="cache: labelled questions asked")
     bench.set_defaults(func=cmd_bench)
 

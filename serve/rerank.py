@@ -5,11 +5,12 @@ Cross-encoder outputs are uncalibrated logits: they order candidates, they are n
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Protocol
 
 from ray import serve
 
-from cluster.config import RagcConfig, RerankConfig
+from cluster.config import DeploymentConfig, RagcConfig, RerankConfig
 from cluster.models import pick_device, resolve_model_path, set_torch_threads
 from serve.faults import FaultHooks
 from serve.retrieve import rrf_fuse
@@ -22,13 +23,22 @@ class PairScorer(Protocol):
     def score(self, pairs: Pairs) -> list[float]: ...
 
 
+def replica_threads(requested: int, deployment: DeploymentConfig) -> int:
+    """Torch threads for one rerank replica, so that a fully scaled-out stage does not oversubscribe."""
+    if requested:
+        return requested
+    if deployment.num_cpus >= 1:
+        return int(deployment.num_cpus)
+    return max(1, (os.cpu_count() or 1) // deployment.max_replicas)
+
+
 class CrossEncoderScorer:
-    def __init__(self, cfg: RerankConfig) -> None:
+    def __init__(self, cfg: RerankConfig, threads: int = 0) -> None:
         import torch
         from sentence_transformers import CrossEncoder
 
         assert cfg.model is not None
-        set_torch_threads()
+        set_torch_threads(threads)
         self._model = CrossEncoder(
             resolve_model_path(cfg.model),
             num_labels=1,
@@ -95,7 +105,10 @@ class RerankStage(FaultHooks):
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.rerank
         self.inject_delay(cfg.serve.faults.delay_s.get("rerank", 0.0))
-        self._scorer = scorer or (CrossEncoderScorer(self._cfg) if self._cfg.model else None)
+        if scorer is None and self._cfg.model:
+            threads = replica_threads(self._cfg.num_threads, cfg.serve.deployment("rerank"))
+            scorer = CrossEncoderScorer(self._cfg, threads)
+        self._scorer = scorer
         batcher: Any = self._score_batch
         batcher.set_max_batch_size(self._cfg.batch_max_size)
         batcher.set_batch_wait_timeout_s(self._cfg.batch_wait_timeout_s)

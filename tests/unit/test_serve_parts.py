@@ -99,3 +99,14 @@ def test_serve_config_is_a_valid_serve_deploy_schema() -> None:
     for options in deployments.values():
         AutoscalingConfig(**options["autoscaling_config"])
     assert deployments["rerank"]["autoscaling_config"]["max_replicas"] == 7
+
+
+def test_rerank_replica_threads_split_the_cores_between_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.config import DeploymentConfig
+    from serve.rerank import replica_threads
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert replica_threads(0, DeploymentConfig(max_replicas=2)) == 4
+    assert replica_threads(0, DeploymentConfig(max_replicas=16)) == 1  # never zero threads
+    assert replica_threads(0, DeploymentConfig(max_replicas=2, num_cpus=3)) == 3  # a reservation decides
+    assert replica_threads(6, DeploymentConfig(max_replicas=2, num_cpus=3)) == 6  # an explicit count wins
