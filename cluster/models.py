@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -50,12 +51,25 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
+def available_cpus(cgroup_cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 quota (a Kubernetes CPU limit),
+    which `os.cpu_count()` ignores - it reports the node's cores."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = cgroup_cpu_max.read_text(encoding="ascii").split()[:2]
+    except (OSError, ValueError):
+        return cpus
+    if quota == "max":
+        return cpus
+    return max(1, min(cpus, math.ceil(int(quota) / int(period))))
+
+
 def set_torch_threads(requested: int = 0) -> None:
     """Ray sets OMP_NUM_THREADS=1 in workers that reserve <= 1 CPU (Serve replicas, actors), which
-    leaves torch on one thread; 0 means "use the machine's cores"."""
+    leaves torch on one thread; 0 means "use the cores available to this process"."""
     import torch
 
-    torch.set_num_threads(requested or os.cpu_count() or 1)
+    torch.set_num_threads(requested or available_cpus())
 
 
 def pick_device(requested: str) -> str:

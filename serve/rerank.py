@@ -5,13 +5,12 @@ Cross-encoder outputs are uncalibrated logits: they order candidates, they are n
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any, Protocol
 
 from ray import serve
 
 from cluster.config import DeploymentConfig, RagcConfig, RerankConfig
-from cluster.models import pick_device, resolve_model_path, set_torch_threads
+from cluster.models import available_cpus, pick_device, resolve_model_path, set_torch_threads
 from serve.faults import FaultHooks
 from serve.retrieve import rrf_fuse
 from serve.types import Passage, StageStatusName
@@ -29,7 +28,7 @@ def replica_threads(requested: int, deployment: DeploymentConfig) -> int:
         return requested
     if deployment.num_cpus >= 1:
         return int(deployment.num_cpus)
-    return max(1, (os.cpu_count() or 1) // deployment.max_replicas)
+    return max(1, available_cpus() // deployment.max_replicas)
 
 
 class CrossEncoderScorer:

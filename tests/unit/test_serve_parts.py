@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from cluster.config import AuthConfig, LimitsConfig, RagcConfig, SecretRef, SynthesizeConfig
@@ -105,8 +107,19 @@ def test_rerank_replica_threads_split_the_cores_between_replicas(monkeypatch: py
     from cluster.config import DeploymentConfig
     from serve.rerank import replica_threads
 
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("serve.rerank.available_cpus", lambda: 8)
     assert replica_threads(0, DeploymentConfig(max_replicas=2)) == 4
     assert replica_threads(0, DeploymentConfig(max_replicas=16)) == 1  # never zero threads
     assert replica_threads(0, DeploymentConfig(max_replicas=2, num_cpus=3)) == 3  # a reservation decides
     assert replica_threads(6, DeploymentConfig(max_replicas=2, num_cpus=3)) == 6  # an explicit count wins
+
+
+def test_available_cpus_honours_a_cgroup_quota(tmp_path: Path) -> None:
+    from cluster.models import available_cpus
+
+    cpu_max = tmp_path / "cpu.max"
+    unlimited = available_cpus(tmp_path / "absent")
+    cpu_max.write_text("max 100000\n")
+    assert available_cpus(cpu_max) == unlimited
+    cpu_max.write_text("150000 100000\n")  # a 1.5-CPU limit: two threads, not the node's cores
+    assert available_cpus(cpu_max) == min(2, unlimited)
