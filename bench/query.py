@@ -149,9 +149,10 @@ def start_app(cfg: RagcConfig, name: str) -> str:
 
 def running_replicas(app: str) -> dict[str, int]:
     from ray import serve
+    from ray.serve.schema import ReplicaState
 
     deployments = serve.status().applications[app].deployments
-    return {name: d.replica_states.get("RUNNING", 0) for name, d in deployments.items()}
+    return {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
 
 
 def bench_config(cfg: RagcConfig) -> RagcConfig:
