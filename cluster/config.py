@@ -105,6 +105,11 @@ class EmbeddingConfig(Section):
     max_seq_length: int = Field(default=256, gt=0)
     normalize: bool = True
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else float32. bf16 "
+        "vectors keep cosine >= 0.996 to fp32 ones, so both can share a collection",
+    )
     num_threads: int = Field(default=0, ge=0, description="torch threads per embedding actor; 0 = all CPUs")
 
 
@@ -289,8 +294,10 @@ class RerankConfig(Section):
         "rank with the retrieval rank (a weak reranker then refines the order instead of replacing it)",
     )
     rrf_k: int = Field(default=60, gt=0, description="k of the rank fusion when order is rrf")
-    dtype: Literal["float32", "bfloat16"] = Field(
-        default="bfloat16", description="cross-encoder weights; bf16 gives the same order ~1.9x faster on CPU"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="cross-encoder weights; auto = bfloat16 where native (the same order ~1.9x faster on an AMX "
+        "CPU), else float32 (emulated bf16 is slower)",
     )
 
 

@@ -72,6 +72,26 @@ def set_torch_threads(requested: int = 0) -> None:
     torch.set_num_threads(requested or available_cpus())
 
 
+def native_bf16(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether bf16 matmuls run natively here: any CUDA device, or an x86 CPU with AMX / AVX512-BF16.
+    Elsewhere bf16 is emulated and slower than fp32."""
+    if device.startswith("cuda"):
+        return True
+    try:
+        lines = cpuinfo.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    flags = next((line for line in lines if line.startswith("flags")), "")
+    return bool({"amx_bf16", "avx512_bf16"} & set(flags.split()))
+
+
+def pick_dtype(requested: str, device: str) -> str:
+    """`auto`: bfloat16 where it is native (2.3x the texts/s of fp32 for MiniLM on 2 AMX cores), else float32."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if native_bf16(device) else "float32"
+
+
 def pick_device(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -91,7 +111,11 @@ class SentenceTransformerEmbedder:
         self.dim = cfg.dim
         self._batch_size = cfg.batch_size
         self._normalize = cfg.normalize
-        self._model = SentenceTransformer(resolve_model_path(cfg.model), device=pick_device(cfg.device))
+        import torch
+
+        device = pick_device(cfg.device)
+        dtype = getattr(torch, pick_dtype(cfg.dtype, device))
+        self._model = SentenceTransformer(resolve_model_path(cfg.model), device=device, model_kwargs={"dtype": dtype})
         self._model.max_seq_length = cfg.max_seq_length
         actual = self._model.get_embedding_dimension()
         if actual != cfg.dim:
@@ -102,11 +126,11 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
+        import torch
+
         vectors = self._model.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=self._normalize,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return [row.tolist() for row in vectors]
+            texts, batch_size=self._batch_size, convert_to_tensor=True, show_progress_bar=False
+        ).float()
+        if self._normalize:  # in fp32: a bf16 norm is off by ~1e-3
+            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+        return vectors.cpu().tolist()

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ray import serve
 
 from cluster.config import DeploymentConfig, RagcConfig, RerankConfig
-from cluster.models import available_cpus, pick_device, resolve_model_path, set_torch_threads
+from cluster.models import available_cpus, pick_device, pick_dtype, resolve_model_path, set_torch_threads
 from serve.faults import FaultHooks
 from serve.retrieve import rrf_fuse
 from serve.types import Passage, StageStatusName
@@ -38,12 +38,13 @@ class CrossEncoderScorer:
 
         assert cfg.model is not None
         set_torch_threads(threads)
+        device = pick_device("auto")
         self._model = CrossEncoder(
             resolve_model_path(cfg.model),
             num_labels=1,
             max_length=cfg.max_length,  # None: the length the model was trained and saved with
-            device=pick_device("auto"),
-            model_kwargs={"dtype": getattr(torch, cfg.dtype)},
+            device=device,
+            model_kwargs={"dtype": getattr(torch, pick_dtype(cfg.dtype, device))},
         )
         self._identity = torch.nn.Identity()
 
