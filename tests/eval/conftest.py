@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,11 @@ def cli_env(state_dir: Path) -> dict[str, str]:
 def make_cli(env: dict[str, str], log: Path) -> RagcCli:
     def ragc(*args: str, expect: int = 0, timeout: float = 2400) -> dict[str, Any]:
         argv = [sys.executable, "-m", "cluster.cli", *args]
+        started = time.monotonic()
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        elapsed = time.monotonic() - started
         with log.open("a", encoding="utf-8") as handle:
-            handle.write(f"$ ragc {' '.join(args)}\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}\n")
+            handle.write(f"$ ragc {' '.join(args)}  # {elapsed:.0f} s\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}\n")
         assert proc.returncode == expect, f"ragc {' '.join(args)} exited {proc.returncode}: {proc.stderr[-3000:]}"
         lines = proc.stdout.strip().splitlines()
         try:
