@@ -8,6 +8,7 @@ import os
 from cluster.config import RagcConfig
 
 MB = 1024 * 1024
+LOCAL_START_ATTEMPTS = 2
 
 
 def ensure_ray(cfg: RagcConfig) -> None:
@@ -20,14 +21,23 @@ def ensure_ray(cfg: RagcConfig) -> None:
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
         return
-    ray.init(
-        address="local",
-        num_cpus=cfg.ray.num_cpus or os.cpu_count(),
-        include_dashboard=False,
-        object_store_memory=cfg.ray.object_store_memory_mb * MB,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=cfg.ray.num_cpus or os.cpu_count(),
+                include_dashboard=False,
+                object_store_memory=cfg.ray.object_store_memory_mb * MB,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+            break
+        except Exception as exc:  # Ray raises a bare Exception when its raylet never registers
+            if "timed out during startup" not in str(exc) or attempt == LOCAL_START_ATTEMPTS:
+                raise
+            # seen on a busy 2-core machine: the raylet left no log and never registered; a new session starts
+            logging.getLogger(__name__).warning("local Ray did not start (%s); starting a new session", exc)
+            ray.shutdown()
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = True
