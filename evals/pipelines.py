@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from cluster.config import RagcConfig
 from cluster.models import SentenceTransformerEmbedder
 from serve.rerank import PairScorer, rerank_order, rerank_pairs
-from serve.retrieve import HybridRetriever
+from serve.retrieve import ArmHits, HybridRetriever
 from serve.types import Passage
 
 EVAL_DEPTH = 100  # documents per query: Recall@100 needs them
@@ -88,6 +88,8 @@ class PipelineRunner:
         self._hyde = hyde
         self._base = cfg
         self._retrievers: dict[tuple[float, bool], HybridRetriever] = {}
+        # one search per arm per question, fused per pipeline and floor (same candidate counts = same hits)
+        self._hits: dict[tuple[bool, str, str | None], ArmHits] = {}
         self._embedder = SentenceTransformerEmbedder(cfg.embedding)  # one model load for every floor
 
     def check(self, spec: PipelineSpec) -> None:
@@ -112,8 +114,10 @@ class PipelineRunner:
             floor = self._cfg.serve.retrieve.similarity_floor
         retriever = self.retriever(floor if spec.floor else NO_FLOOR, spec.service_depth)
         hyde_passage = self._hyde(query) if spec.hyde and self._hyde else None
-        result = retriever.retrieve(self._tenant, query, "", hyde_passage, use_dense=spec.dense, use_bm25=spec.bm25)
-        passages = result.passages
+        key = (spec.service_depth, query, hyde_passage)
+        if key not in self._hits:
+            self._hits[key] = retriever.search_arms(self._tenant, query, "", hyde_passage)
+        passages = retriever.fuse(self._hits[key].only(spec.dense, spec.bm25)).passages
         if spec.rerank and self._scorer is not None and passages:
             head = passages[: self._cfg.serve.rerank.depth]
             scores = self._scorer.score(rerank_pairs(query, head))

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,22 @@ def _passage(entity: dict[str, Any]) -> Passage:
         doc_type=str(entity.get(f.DOC_TYPE, "")),
         year=int(entity.get(f.YEAR, 0) or 0),
     )
+
+
+@dataclass(frozen=True)
+class ArmHits:
+    results: dict[str, list[dict[str, Any]]]  # arm -> hits, each with its dense cosine
+    arms: dict[str, str]  # arm -> "ok" | failure reason
+    have_vector: bool
+    embedded: str
+
+    def only(self, dense: bool, bm25: bool) -> ArmHits:
+        keep = {arm for arm, wanted in (("dense", dense), ("bm25", bm25)) if wanted}
+        return replace(
+            self,
+            results={a: h for a, h in self.results.items() if a in keep},
+            arms={a: r for a, r in self.arms.items() if a in keep},
+        )
 
 
 class HybridRetriever:
@@ -183,6 +200,18 @@ class HybridRetriever:
         use_dense: bool = True,
         use_bm25: bool = True,
     ) -> RetrievalResult:
+        return self.fuse(self.search_arms(tenant, query, filter_expr, hyde_passage, use_dense, use_bm25))
+
+    def search_arms(
+        self,
+        tenant: str,
+        query: str,
+        filter_expr: str = "",
+        hyde_passage: str | None = None,
+        use_dense: bool = True,
+        use_bm25: bool = True,
+    ) -> ArmHits:
+        """Both searches, before fusion and the floor (the eval fuses one search per arm several ways)."""
         if self._client is None and not self.check_ready():
             raise RuntimeError(self.not_ready_reason or "retriever not ready")
         assert self._embedder is not None
@@ -212,8 +241,12 @@ class HybridRetriever:
         if not results:
             self._client = None  # reconnect on the next call: a dropped connection must not stick
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
-        result = self._fuse(results, arms, vector is not None)
-        result.embedded = embedded
+        return ArmHits(results, arms, vector is not None, embedded)
+
+    def fuse(self, hits: ArmHits) -> RetrievalResult:
+        """RRF over the arms' hits, then this retriever's floor."""
+        result = self._fuse(hits.results, dict(hits.arms), hits.have_vector)
+        result.embedded = hits.embedded
         return result
 
     def _fuse(

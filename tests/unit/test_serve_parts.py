@@ -135,3 +135,12 @@ def test_bf16_only_where_it_is_native(tmp_path: Path) -> None:
     assert native_bf16("cpu", cpuinfo)
     assert native_bf16("cuda", tmp_path / "absent") and not native_bf16("cpu", tmp_path / "absent")
     assert pick_dtype("float32", "cuda") == "float32"  # an explicit choice is kept
+
+
+def test_arm_hits_keep_only_the_arms_a_pipeline_uses() -> None:
+    from serve.retrieve import ArmHits
+
+    hits = ArmHits({"dense": [{"id": "a"}], "bm25": [{"id": "b"}]}, {"dense": "ok", "bm25": "ok"}, True, "query")
+    assert set(hits.only(dense=True, bm25=False).results) == {"dense"}
+    assert hits.only(dense=False, bm25=True).arms == {"bm25": "ok"}
+    assert hits.only(dense=True, bm25=True) == hits
