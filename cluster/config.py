@@ -286,8 +286,8 @@ class RerankConfig(Section):
         default=0,
         ge=0,
         description="torch threads per rerank replica; 0 = the replica's reserved CPUs, or when it reserves "
-        "none, the machine's cores / max_replicas (one forward pass scales poorly across threads: on 2 cores "
-        "two 1-thread replicas score 1.4x the pairs/s of one 2-thread replica)",
+        "none, the available cores (affinity, cgroup quota) / max_replicas (one forward pass scales poorly "
+        "across threads: on 2 cores two 1-thread replicas score 1.4x the pairs/s of one 2-thread replica)",
     )
     order: Literal["scores", "rrf"] = Field(
         default="rrf",

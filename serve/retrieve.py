@@ -197,20 +197,10 @@ class HybridRetriever:
         query: str,
         filter_expr: str = "",
         hyde_passage: str | None = None,
-        use_dense: bool = True,
-        use_bm25: bool = True,
     ) -> RetrievalResult:
-        return self.fuse(self.search_arms(tenant, query, filter_expr, hyde_passage, use_dense, use_bm25))
+        return self.fuse(self.search_arms(tenant, query, filter_expr, hyde_passage))
 
-    def search_arms(
-        self,
-        tenant: str,
-        query: str,
-        filter_expr: str = "",
-        hyde_passage: str | None = None,
-        use_dense: bool = True,
-        use_bm25: bool = True,
-    ) -> ArmHits:
+    def search_arms(self, tenant: str, query: str, filter_expr: str = "", hyde_passage: str | None = None) -> ArmHits:
         """Both searches, before fusion and the floor (the eval fuses one search per arm several ways)."""
         if self._client is None and not self.check_ready():
             raise RuntimeError(self.not_ready_reason or "retriever not ready")
@@ -226,10 +216,9 @@ class HybridRetriever:
             logger.warning("query embedding failed", extra={"error": str(exc)})
             arms["dense"] = f"embedding failed: {exc}"
         jobs = {}
-        if use_dense and vector is not None:
+        if vector is not None:  # dense first: the fused entities keep the dense arm's exact cosine
             jobs["dense"] = self._pool.submit(self._search_dense, vector, expr)
-        if use_bm25:
-            jobs["bm25"] = self._pool.submit(self._search_bm25, query, expr, vector)
+        jobs["bm25"] = self._pool.submit(self._search_bm25, query, expr, vector)
         results: dict[str, list[dict[str, Any]]] = {}
         for arm, job in jobs.items():
             try:
