@@ -318,6 +318,12 @@ class RerankTrainingConfig(Section):
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
     bf16: bool = Field(default=True, description="bf16 autocast (CPU and GPU)")
+    average_tail: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="share of the last steps whose weights are averaged into the saved model (0 = the last step's)",
+    )
     seed: int = 13
     gpus: float = Field(default=1.0, ge=0, description="GPUs of the Ray task when the cluster has any")
 

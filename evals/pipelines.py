@@ -127,6 +127,11 @@ class PipelineRunner:
     def ranking(self, spec: PipelineSpec, query: str) -> list[str]:
         return documents(self.passages(spec, query), spec.depth)
 
+    def best_cosines(self, queries: dict[str, str]) -> dict[str, float | None]:
+        """Each question's nearest-chunk cosine, in batched dense searches (no fusion, no BM25)."""
+        retriever = self.retriever(NO_FLOOR, service_depth=True)
+        return dict(zip(queries, retriever.best_cosines(self._tenant, list(queries.values())), strict=True))
+
     def max_cosine(self, query: str) -> float | None:
         """The best dense cosine among hybrid candidates: the floor abstains exactly when it is below."""
         passages = self.passages(SERVICE_HYBRID, query, NO_FLOOR)

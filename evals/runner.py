@@ -141,7 +141,7 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
     tune = EvalSet.load(req.dataset, req.floor_split)
     if set(tune.queries) & set(eval_set.queries):
         raise ValueError(f"split {req.floor_split!r} shares questions with {req.split!r}: the floor would see the test")
-    best_tune = {q: runner.max_cosine(text) for q, text in tune.queries.items()}
+    best_tune = runner.best_cosines(tune.queries)  # choosing the floor needs only each question's nearest chunk
     best_eval = {q: runner.max_cosine(text) for q, text in eval_set.queries.items()}
     chosen = choose_floor(best_tune, unanswerable)
     # the test figures come from the retriever itself with that floor, not from the cosines above

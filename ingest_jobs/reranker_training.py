@@ -97,6 +97,7 @@ def train_cross_encoder(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
     )
     outcome = TrainingOutcome()
+    averaged = TailAverage(model, first_step=total - int(total * recipe.average_tail))
     window: list[float] = []
     started = time.perf_counter()
     for _ in range(recipe.epochs):
@@ -111,6 +112,7 @@ def train_cross_encoder(
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
             outcome.steps += 1
+            averaged.add(model, outcome.steps)
             outcome.pairs += sum(1 + len(g.negatives) for g in batch)
             window.append(float(loss.detach()))
             if len(window) >= max(1, total // 10):
@@ -121,9 +123,36 @@ def train_cross_encoder(
                     progress(f"step {outcome.steps}/{total} loss {outcome.losses[-1]:.4f} ({rate:.1f} pairs/s)")
     if window:
         outcome.losses.append(sum(window) / len(window))
+    averaged.load_into(model)
     outcome.seconds = time.perf_counter() - started
     model.eval()
     return encoder, outcome
+
+
+class TailAverage:
+    """Uniform average of the weights over the steps from `first_step` on: a small-batch, high-learning-rate
+    run ends wherever its last few batches pushed it; the average of its tail is steadier."""
+
+    def __init__(self, model: Any, first_step: int) -> None:
+        self.first_step = first_step
+        self.count = 0
+        self.sums: dict[str, Any] = {}
+
+    def add(self, model: Any, step: int) -> None:
+        if step < self.first_step:
+            return
+        for name, value in model.state_dict().items():
+            if value.is_floating_point():
+                if name in self.sums:
+                    self.sums[name] += value.detach()
+                else:
+                    self.sums[name] = value.detach().clone()
+        self.count += 1
+
+    def load_into(self, model: Any) -> None:
+        if self.count > 1:
+            state = model.state_dict()
+            model.load_state_dict(state | {n: s / self.count for n, s in self.sums.items()})
 
 
 def _group_loss(

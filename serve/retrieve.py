@@ -155,20 +155,37 @@ class HybridRetriever:
     def _search_dense(self, vector: list[float], expr: str) -> list[dict[str, Any]]:
         if "dense" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: dense arm fails")
-        hits = self._client.search(
+        hits = self._dense_hits([vector], expr, self._rcfg.dense_candidates, list(ChunkFields.OUTPUT))[0]
+        return [{**h["entity"], "_cosine": float(h["distance"])} for h in hits]
+
+    def _dense_hits(self, vectors: list[list[float]], expr: str, limit: int, fields: list[str]) -> Any:
+        return self._client.search(
             self._cfg.milvus.collection,
-            data=[vector],
+            data=vectors,
             anns_field=ChunkFields.DENSE,
-            limit=self._rcfg.dense_candidates,
+            limit=limit,
             filter=expr,
-            output_fields=list(ChunkFields.OUTPUT),
+            output_fields=fields,
             timeout=self._rcfg.search_timeout_s,
-            search_params={
+            search_params={  # the same ef whatever the limit: a smaller one could miss the nearest chunk
                 "metric_type": "COSINE",
                 "params": {"ef": max(self._rcfg.hnsw_ef, self._rcfg.dense_candidates)},
             },
-        )[0]
-        return [{**h["entity"], "_cosine": float(h["distance"])} for h in hits]
+        )
+
+    def best_cosines(self, tenant: str, queries: list[str], batch: int = 128) -> list[float | None]:
+        """Each query's nearest chunk cosine in the tenant (None: no chunk), in batched searches: what the
+        query-scope floor compares, short of a BM25 hit's exact cosine above an HNSW miss."""
+        if self._client is None and not self.check_ready():
+            raise RuntimeError(self.not_ready_reason or "retriever not ready")
+        assert self._embedder is not None
+        expr = eq(ChunkFields.TENANT, tenant)
+        best: list[float | None] = []
+        for start in range(0, len(queries), batch):
+            vectors = self._embedder.embed(queries[start : start + batch])
+            for hits in self._dense_hits(vectors, expr, 1, [ChunkFields.ID]):
+                best.append(float(hits[0]["distance"]) if hits else None)
+        return best
 
     def _search_bm25(self, text: str, expr: str, vector: list[float] | None) -> list[dict[str, Any]]:
         if "bm25" in self._cfg.serve.faults.fail:

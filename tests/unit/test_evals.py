@@ -153,3 +153,25 @@ def test_training_groups_take_the_best_positive_chunk_and_sample_only_non_releva
     assert [g.positive for g in groups] == ["pos 1 best", "chunk 0 of p2"]
     assert all(len(g.negatives) == 2 and set(g.negatives) <= {"neg a", "neg b", "neg c"} for g in groups)
     assert query_groups("q", candidates, {"p1"}, 4, random.Random(1)) == []  # too few negatives
+
+
+def test_tail_average_is_the_mean_of_the_weights_over_the_tail_steps() -> None:
+    import torch
+
+    from ingest_jobs.reranker_training import TailAverage
+
+    model = torch.nn.Linear(2, 1)
+    averaged = TailAverage(model, first_step=3)
+    for step, value in enumerate([10.0, 20.0, 1.0, 2.0, 6.0], start=1):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        averaged.add(model, step)
+    averaged.load_into(model)
+    assert model.weight.tolist() == [[3.0, 3.0]]  # steps 3-5 only
+    last = torch.nn.Linear(2, 1)
+    untouched = TailAverage(last, first_step=5)
+    with torch.no_grad():
+        last.weight.fill_(7.0)
+    untouched.add(last, 5)
+    untouched.load_into(last)
+    assert last.weight.tolist() == [[7.0, 7.0]]  # no tail: the last step's weights
