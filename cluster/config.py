@@ -316,8 +316,8 @@ class RerankTrainingConfig(Section):
         default=2,
         ge=1,
         description="passes over the groups (SciFact test, 2 cores: 1 epoch at lr 2e-4 gave hybrid_rerank "
-        "0.697-0.733 from run to run, i.e. -0.010 to +0.026 over hybrid; 2 at 1e-4 0.751 in 13 min of "
-        "training; 3 at 1e-4 0.766 in 20 min)",
+        "0.697-0.733 from run to run, i.e. -0.010 to +0.026 over hybrid; 2 at 1e-4 0.734-0.751 (+0.027 to "
+        "+0.043) in 13 min of training; 3 at 1e-4 0.766 in 20 min)",
     )
     groups_per_step: int = Field(default=4, gt=0, description="positives (each with its negatives) per step")
     learning_rate: float = Field(default=1e-4, gt=0)
