@@ -152,6 +152,15 @@ class HybridRetriever:
         assert self._embedder is not None
         return query_vector(self._embedder, text, None)
 
+    def _ready_embedder(self) -> Embedder:
+        """The embedder (loaded on first use), once Milvus is reachable; raises with the reason if not."""
+        if self._embedder is None:
+            self.warm_up()
+        if self._client is None and not self.check_ready():
+            raise RuntimeError(self.not_ready_reason or "retriever not ready")
+        assert self._embedder is not None
+        return self._embedder
+
     def _search_dense(self, vector: list[float], expr: str) -> list[dict[str, Any]]:
         if "dense" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: dense arm fails")
@@ -176,13 +185,11 @@ class HybridRetriever:
     def best_cosines(self, tenant: str, queries: list[str], batch: int = 128) -> list[float | None]:
         """Each query's nearest chunk cosine in the tenant (None: no chunk), in batched searches: what the
         query-scope floor compares, short of a BM25 hit's exact cosine above an HNSW miss."""
-        if self._client is None and not self.check_ready():
-            raise RuntimeError(self.not_ready_reason or "retriever not ready")
-        assert self._embedder is not None
+        embedder = self._ready_embedder()
         expr = eq(ChunkFields.TENANT, tenant)
         best: list[float | None] = []
         for start in range(0, len(queries), batch):
-            vectors = self._embedder.embed(queries[start : start + batch])
+            vectors = embedder.embed(queries[start : start + batch])
             for hits in self._dense_hits(vectors, expr, 1, [ChunkFields.ID]):
                 best.append(float(hits[0]["distance"]) if hits else None)
         return best
@@ -219,16 +226,14 @@ class HybridRetriever:
 
     def search_arms(self, tenant: str, query: str, filter_expr: str = "", hyde_passage: str | None = None) -> ArmHits:
         """Both searches, before fusion and the floor (the eval fuses one search per arm several ways)."""
-        if self._client is None and not self.check_ready():
-            raise RuntimeError(self.not_ready_reason or "retriever not ready")
-        assert self._embedder is not None
+        embedder = self._ready_embedder()
         expr = all_of(eq(ChunkFields.TENANT, tenant), filter_expr)
         arms: dict[str, str] = {}
         vector: list[float] | None = None
         include_original = self._cfg.serve.rewrite.hyde_include_original
         embedded = "+".join(embedded_texts(query, hyde_passage, include_original))
         try:
-            vector = query_vector(self._embedder, query, hyde_passage, include_original)
+            vector = query_vector(embedder, query, hyde_passage, include_original)
         except Exception as exc:  # noqa: BLE001 - the BM25 arm can still answer
             logger.warning("query embedding failed", extra={"error": str(exc)})
             arms["dense"] = f"embedding failed: {exc}"

@@ -143,6 +143,21 @@ def test_tenant_b_never_sees_tenant_a_even_with_its_exact_text(service: dict[str
     assert mine["passages"][0]["doc_id"] == "beta-secret.txt"
 
 
+def test_batched_nearest_chunk_cosines_match_the_retrievers_dense_arm(service: dict[str, Any]) -> None:
+    """What the abstention eval chooses its floor from, in one batched search per 128 questions."""
+    from serve.retrieve import HybridRetriever
+
+    retriever = HybridRetriever(service["cfg"])
+    questions = ["How are tenants kept apart?", "What happens when a document is edited?", BETA_SECRET]
+    best = retriever.best_cosines("alpha", questions, batch=2)
+    for question, cosine in zip(questions, best, strict=True):
+        dense = retriever.search_arms("alpha", question).results["dense"]
+        assert cosine == pytest.approx(max(h["_cosine"] for h in dense), abs=1e-5)
+    (own,) = retriever.best_cosines("beta", [BETA_SECRET])
+    assert own is not None and own > 0.95 > (best[2] or 0.0)  # the tenant filter is in the batched search too
+    assert retriever.best_cosines("nobody", ["anything"]) == [None]
+
+
 def test_filters_are_pushed_down_and_injection_is_refused(service: dict[str, Any]) -> None:
     out = ask(
         service, {"query": "What do I do when the service says it is not ready?", "filters": {"doc_type": "txt"}}
