@@ -97,7 +97,7 @@ def train_cross_encoder(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
     )
     outcome = TrainingOutcome()
-    averaged = TailAverage(model, first_step=total - int(total * recipe.average_tail))
+    averaged = TailAverage(first_step=total - int(total * recipe.average_tail))
     window: list[float] = []
     started = time.perf_counter()
     for _ in range(recipe.epochs):
@@ -133,7 +133,7 @@ class TailAverage:
     """Uniform average of the weights over the steps from `first_step` on: a small-batch, high-learning-rate
     run ends wherever its last few batches pushed it; the average of its tail is steadier."""
 
-    def __init__(self, model: Any, first_step: int) -> None:
+    def __init__(self, first_step: int) -> None:
         self.first_step = first_step
         self.count = 0
         self.sums: dict[str, Any] = {}

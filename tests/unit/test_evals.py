@@ -161,7 +161,7 @@ def test_tail_average_is_the_mean_of_the_weights_over_the_tail_steps() -> None:
     from ingest_jobs.reranker_training import TailAverage
 
     model = torch.nn.Linear(2, 1)
-    averaged = TailAverage(model, first_step=3)
+    averaged = TailAverage(first_step=3)
     for step, value in enumerate([10.0, 20.0, 1.0, 2.0, 6.0], start=1):
         with torch.no_grad():
             model.weight.fill_(value)
@@ -169,7 +169,7 @@ def test_tail_average_is_the_mean_of_the_weights_over_the_tail_steps() -> None:
     averaged.load_into(model)
     assert model.weight.tolist() == [[3.0, 3.0]]  # steps 3-5 only
     last = torch.nn.Linear(2, 1)
-    untouched = TailAverage(last, first_step=5)
+    untouched = TailAverage(first_step=5)
     with torch.no_grad():
         last.weight.fill_(7.0)
     untouched.add(last, 5)
