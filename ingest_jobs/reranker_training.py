@@ -97,7 +97,7 @@ def train_cross_encoder(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
     )
     outcome = TrainingOutcome()
-    averaged = TailAverage(first_step=total - int(total * recipe.average_tail))
+    averaged = TailAverage(first_step=total - int(total * recipe.average_tail) + 1)  # tail 0: never copies
     window: list[float] = []
     started = time.perf_counter()
     for _ in range(recipe.epochs):
