@@ -11,10 +11,16 @@ ARG MODELS_DIR=docker-models
 ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
+# Every layer the `ragc` commands reach (ARCHITECTURE.md, Layout); tests/unit/cli/test_image.py imports each
+# command's modules from exactly these folders.
 COPY cluster ./cluster
 COPY serve ./serve
 COPY ingest_jobs ./ingest_jobs
+COPY evals ./evals
+COPY training ./training
+COPY local ./local
 COPY bench ./bench
+COPY cli ./cli
 RUN if [ "$FLAVOUR" = "gpu" ]; then \
       pip install --no-cache-dir ".[gpu]"; \
     else \

@@ -47,7 +47,7 @@ status:
 
 lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m mypy cluster serve ingest_jobs bench evals
+	$(PY) -m mypy cluster serve ingest_jobs evals training local bench cli loadtests
 
 test-unit: setup
 	$(PYTEST) tests/unit -q $(OK5)

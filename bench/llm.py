@@ -20,9 +20,9 @@ from typing import Any
 
 from cluster.config import RagcConfig
 from cluster.ray_runtime import ensure_ray
-from serve.generation import GenerationParams, HandleGenerator, TextGenerator
-from serve.prompts import synthesis_messages
-from serve.rewrite import RewriteStage
+from serve.llm.generation import GenerationParams, HandleGenerator, TextGenerator
+from serve.llm.prompts import synthesis_messages
+from serve.stages.rewrite import RewriteStage
 from serve.types import Passage
 
 CAST_FILE = "2020_2020_manual_evaluation_topics_v1.0.json"
@@ -122,7 +122,7 @@ def bench_llm(cfg: RagcConfig, dataset: Path, limit: int, max_tokens: int = 96) 
     from ray import serve
 
     from serve.app import deployment_options
-    from serve.llm_engine import LLMEngine, engine_deployment_name
+    from serve.llm.engine import LLMEngine, engine_deployment_name
 
     engine_name = cfg.serve.synthesize.engine
     config = cfg.model_dump(mode="json")

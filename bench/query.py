@@ -25,9 +25,9 @@ import yaml
 from bench.ingest import write_subset
 from bench.memory import MB, PeakMemory, total_rss
 from cluster.config import RagcConfig
-from cluster.http_wait import wait_for_http
 from cluster.ray_runtime import ensure_ray
 from ingest_jobs.sync import run_sync
+from local.http_wait import wait_for_http
 
 BENCH_TENANT = "bench"
 READY_TIMEOUT_S = 300.0

@@ -33,7 +33,7 @@ def build_reference(cfg: RagcConfig, tenant: str) -> Any:
     from llama_index.core.vector_stores import ExactMatchFilter, MetadataFilters
     from llama_index.retrievers.bm25 import BM25Retriever
 
-    from cluster.llamaindex_compat import RagcEmbedding, attach_vector_store
+    from bench.llamaindex_compat import RagcEmbedding, attach_vector_store
 
     rcfg = cfg.serve.retrieve
     index = VectorStoreIndex.from_vector_store(

@@ -11,8 +11,8 @@ class InProcessHyde:
     """Counts what it produced: a small model's passage is often refused by the stage's checks."""
 
     def __init__(self, cfg: RagcConfig) -> None:
-        from serve.llm_engine import LLMEngine
-        from serve.rewrite import RewriteStage
+        from serve.llm.engine import LLMEngine
+        from serve.stages.rewrite import RewriteStage
 
         config = cfg.model_dump(mode="json")
         self._loop = asyncio.new_event_loop()

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 
 from cluster.config import RagcConfig
 from cluster.models import SentenceTransformerEmbedder
-from serve.rerank import PairScorer, rerank_order, rerank_pairs
-from serve.retrieve import ArmHits, HybridRetriever
+from serve.stages.rerank import PairScorer, rerank_order, rerank_pairs
+from serve.stages.retrieve import ArmHits, HybridRetriever
 from serve.types import Passage
 
 EVAL_DEPTH = 100  # documents per query: Recall@100 needs them

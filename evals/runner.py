@@ -171,7 +171,7 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
 
 
 def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
-    from cluster.local import sidecars_running
+    from local.cluster import sidecars_running
 
     if req.reranker:
         cfg = cfg.model_copy(deep=True)
@@ -223,7 +223,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
 def _scorer(cfg: RagcConfig, specs: list[PipelineSpec]) -> Any:
     if not any(s.rerank for s in specs) or not cfg.serve.rerank.model:
         return None
-    from serve.rerank import CrossEncoderScorer
+    from serve.stages.rerank import CrossEncoderScorer
 
     return CrossEncoderScorer(cfg.serve.rerank)
 

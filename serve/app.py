@@ -10,12 +10,12 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from cluster.config import DeploymentConfig, RagcConfig, load_config
-from serve.ingress import make_ingress_app
-from serve.llm_engine import LLMEngine, engine_deployment_name
-from serve.rerank import RerankStage
-from serve.retrieve import RetrieveStage
-from serve.rewrite import RewriteStage
-from serve.synthesize import SynthesizeStage
+from serve.edge.ingress import make_ingress_app
+from serve.llm.engine import LLMEngine, engine_deployment_name
+from serve.stages.rerank import RerankStage
+from serve.stages.retrieve import RetrieveStage
+from serve.stages.rewrite import RewriteStage
+from serve.stages.synthesize import SynthesizeStage
 from serve.types import Passage, RetrievalResult, RewriteResult, StageStatusName, Synthesis
 
 STAGE_CLASSES = {

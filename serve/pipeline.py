@@ -14,7 +14,7 @@ from cluster.config import ServeConfig
 from serve import metrics
 from serve.cache import CacheScope, ResponseCache
 from serve.errors import UnavailableError
-from serve.synthesize import extractive_answer
+from serve.extractive import extractive_answer
 from serve.types import (
     Passage,
     QueryRequest,

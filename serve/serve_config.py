@@ -36,7 +36,7 @@ def stage_deployments(cfg: RagcConfig) -> dict[str, Any]:
     """Per-deployment Serve options (stages and LLM engines), exactly as `build_app` applies them
     locally; the Serve YAML and the Helm chart's `serve.deployments` are both rendered from this."""
     from serve.app import deployment_options
-    from serve.llm_engine import engine_deployment_name
+    from serve.llm.engine import engine_deployment_name
 
     named = {stage: cfg.serve.deployment(stage) for stage in STAGES}
     for engine in cfg.serve.engines_in_use():

@@ -43,7 +43,7 @@ def cli_env(state_dir: Path) -> dict[str, str]:
 
 def make_cli(env: dict[str, str], log: Path) -> RagcCli:
     def ragc(*args: str, expect: int = 0, timeout: float = 2400) -> dict[str, Any]:
-        argv = [sys.executable, "-m", "cluster.cli", *args]
+        argv = [sys.executable, "-m", "cli.main", *args]
         started = time.monotonic()
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         elapsed = time.monotonic() - started

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cluster.config import RagcConfig
-from cluster.sidecars import start_milvus, start_redis, stop
+from local.sidecars import start_milvus, start_redis, stop
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.config import RagcConfig
 from evals.beir import iter_corpus, load_qrels, load_queries, write_qrels
-from serve.rerank import RerankStage
+from serve.stages.rerank import RerankStage
 from tests.eval.conftest import SCIFACT, cli_env, make_cli
 
 QUERIES = 24

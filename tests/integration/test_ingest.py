@@ -190,7 +190,7 @@ def test_cli_reports_bad_files_and_exits_nonzero(cfg: RagcConfig, tmp_path: Path
     import os
 
     proc = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "ingest", str(corpus), "--tenant", "acme", "--json"],
+        [sys.executable, "-m", "cli.main", "ingest", str(corpus), "--tenant", "acme", "--json"],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -215,7 +215,7 @@ def test_llama_index_attaches_to_our_collection(cfg: RagcConfig, tmp_path: Path)
     from llama_index.core import VectorStoreIndex
     from llama_index.core.vector_stores import ExactMatchFilter, MetadataFilters
 
-    from cluster.llamaindex_compat import RagcEmbedding, attach_vector_store
+    from bench.llamaindex_compat import RagcEmbedding, attach_vector_store
     from cluster.models import SentenceTransformerEmbedder
 
     corpus = make_corpus(tmp_path / "docs")

@@ -14,9 +14,9 @@ import httpx
 import psutil
 import pytest
 
-from cluster.cli import DEMO_CORPUS
-from cluster.http_wait import wait_for_http
 from ingest_jobs.sync import run_sync
+from local.cluster import DEMO_CORPUS
+from local.http_wait import wait_for_http
 from tests.integration.conftest import free_port, make_config
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from cluster.cli import DEMO_CORPUS
 from cluster.config import RagcConfig
-from cluster.http_wait import wait_for_http
 from ingest_jobs.sync import run_sync
+from local.cluster import DEMO_CORPUS
+from local.http_wait import wait_for_http
 from tests.integration.conftest import free_port, make_config
 
 pytestmark = pytest.mark.integration
@@ -145,7 +145,7 @@ def test_tenant_b_never_sees_tenant_a_even_with_its_exact_text(service: dict[str
 
 def test_batched_nearest_chunk_cosines_match_the_retrievers_dense_arm(service: dict[str, Any]) -> None:
     """What the abstention eval chooses its floor from, in one batched search per 128 questions."""
-    from serve.retrieve import HybridRetriever
+    from serve.stages.retrieve import HybridRetriever
 
     retriever = HybridRetriever(service["cfg"])
     questions = ["How are tenants kept apart?", "What happens when a document is edited?", BETA_SECRET]
@@ -433,7 +433,7 @@ def test_redis_outage_is_a_bypass_and_hits_resume(service: dict[str, Any], redis
     """Runs last in this module: it stops the shared Redis and starts it again on the same port."""
     import time
 
-    from cluster.sidecars import start_redis, stop
+    from local.sidecars import start_redis, stop
 
     stop(redis_server)
     down = ask(service, {"query": "How are API keys mapped to tenants?"})

@@ -19,11 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.cli import DEMO_CORPUS
 from cluster.config import RagcConfig
-from cluster.http_wait import wait_for_http
-from cluster.sidecars import start_milvus, start_redis, stop
 from ingest_jobs.sync import run_sync
+from local.cluster import DEMO_CORPUS
+from local.http_wait import wait_for_http
+from local.sidecars import start_milvus, start_redis, stop
 from tests.integration.conftest import free_port, make_config
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from evals.beir import EvalSet, load_qrels
 from evals.metrics import mean_metrics, per_query
 from evals.pipelines import PIPELINES, documents
 from evals.runner import choose_pipelines, default_pipeline, stdout_summary
-from serve.rerank import pair_text, rerank_order
+from serve.stages.rerank import pair_text, rerank_order
 from serve.types import Passage
 
 
@@ -119,7 +119,7 @@ def test_stdout_summary_leaves_the_curves_to_the_report() -> None:
 
 
 def fused(scope: str, cosines: dict[str, float]) -> list[str]:
-    from serve.retrieve import HybridRetriever
+    from serve.stages.retrieve import HybridRetriever
 
     cfg = RagcConfig.model_validate({"serve": {"retrieve": {"similarity_floor": 0.5, "floor_scope": scope}}})
     retriever = HybridRetriever(cfg, embedder=object())  # type: ignore[arg-type]
@@ -139,7 +139,7 @@ def test_the_floor_gates_the_question_by_default_and_can_drop_candidates() -> No
 def test_training_groups_take_the_best_positive_chunk_and_sample_only_non_relevant_negatives() -> None:
     import random
 
-    from ingest_jobs.reranker_training import query_groups
+    from training.loop import query_groups
 
     candidates = [("d1", "neg a"), ("p1", "pos 1 best"), ("p1", "pos 1 worse"), ("d2", "neg b"), ("d3", "neg c")]
     fetched: list[list[str]] = []
@@ -158,7 +158,7 @@ def test_training_groups_take_the_best_positive_chunk_and_sample_only_non_releva
 def test_tail_average_is_the_mean_of_the_weights_over_the_tail_steps() -> None:
     import torch
 
-    from ingest_jobs.reranker_training import TailAverage
+    from training.loop import TailAverage
 
     model = torch.nn.Linear(2, 1)
     averaged = TailAverage(first_step=3)

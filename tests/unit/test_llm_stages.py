@@ -5,11 +5,11 @@ import asyncio
 import pytest
 
 from cluster.config import RagcConfig
+from serve.llm.prompts import PASSAGES_CLOSE, clean_rewrite, recent_history, synthesis_messages
 from serve.pipeline import QueryPipeline
-from serve.prompts import PASSAGES_CLOSE, clean_rewrite, recent_history, synthesis_messages
-from serve.retrieve import embedded_texts
-from serve.rewrite import RewriteStage
-from serve.synthesize import EmptyAnswerError, SynthesizeStage
+from serve.stages.retrieve import embedded_texts
+from serve.stages.rewrite import RewriteStage
+from serve.stages.synthesize import EmptyAnswerError, SynthesizeStage
 from serve.types import Passage, QueryRequest, Synthesis
 from tests.fakes import FakeStages, ScriptedGenerator
 

@@ -86,7 +86,7 @@ def test_foreign_tenant_passages_are_dropped() -> None:
 
 
 def test_request_deadline_is_a_504() -> None:
-    from serve.ingress import Ingress
+    from serve.edge.ingress import Ingress
 
     cfg = config(request_timeout_s=0.3, retrieve={"timeout_s": 5.0})
     cfg.serve.auth.enabled = False

@@ -3,11 +3,12 @@ from pathlib import Path
 import pytest
 
 from cluster.config import AuthConfig, LimitsConfig, RagcConfig, SecretRef, SynthesizeConfig
-from serve.auth import Authenticator
+from serve.edge.auth import Authenticator
+from serve.edge.filters import compile_filters
 from serve.errors import BadRequestError, UnauthorizedError
-from serve.filters import compile_filters
-from serve.retrieve import rrf_fuse
-from serve.synthesize import best_excerpt, extractive_answer, validate_citations
+from serve.extractive import best_excerpt, extractive_answer
+from serve.fusion import rrf_fuse
+from serve.stages.synthesize import validate_citations
 from serve.types import Passage
 
 ALLOWED = RagcConfig().serve.filters
@@ -105,9 +106,9 @@ def test_serve_config_is_a_valid_serve_deploy_schema() -> None:
 
 def test_rerank_replica_threads_split_the_cores_between_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
     from cluster.config import DeploymentConfig
-    from serve.rerank import replica_threads
+    from serve.stages.rerank import replica_threads
 
-    monkeypatch.setattr("serve.rerank.available_cpus", lambda: 8)
+    monkeypatch.setattr("serve.stages.rerank.available_cpus", lambda: 8)
     assert replica_threads(0, DeploymentConfig(max_replicas=2)) == 4
     assert replica_threads(0, DeploymentConfig(max_replicas=16)) == 1  # never zero threads
     assert replica_threads(0, DeploymentConfig(max_replicas=2, num_cpus=3)) == 3  # a reservation decides
@@ -138,7 +139,7 @@ def test_bf16_only_where_it_is_native(tmp_path: Path) -> None:
 
 
 def test_arm_hits_keep_only_the_arms_a_pipeline_uses() -> None:
-    from serve.retrieve import ArmHits
+    from serve.stages.retrieve import ArmHits
 
     hits = ArmHits({"dense": [{"id": "a"}], "bm25": [{"id": "b"}]}, {"dense": "ok", "bm25": "ok"}, True, "query")
     assert set(hits.only(dense=True, bm25=False).results) == {"dense"}

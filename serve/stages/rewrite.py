@@ -10,8 +10,8 @@ from typing import Any
 from cluster.config import RagcConfig
 from cluster.ttl_cache import TTLCache
 from serve.faults import FaultHooks
-from serve.generation import GenerationParams, as_generator
-from serve.prompts import (
+from serve.llm.generation import GenerationParams, as_generator
+from serve.llm.prompts import (
     REWRITE_PATTERN,
     clean_hyde,
     clean_rewrite,

@@ -12,7 +12,7 @@ from ray import serve
 from cluster.config import DeploymentConfig, RagcConfig, RerankConfig
 from cluster.models import available_cpus, pick_device, pick_dtype, resolve_model_path, set_torch_threads
 from serve.faults import FaultHooks
-from serve.retrieve import rrf_fuse
+from serve.fusion import rrf_fuse
 from serve.types import Passage, StageStatusName
 
 Pairs = list[tuple[str, str]]

@@ -18,8 +18,6 @@ from pydantic import ValidationError
 from cluster.config import RagcConfig, load_config
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
-DEMO_TENANT = "demo"
-DEMO_CORPUS = Path(__file__).parent / "demo_corpus"
 
 
 def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], str]) -> None:
@@ -30,13 +28,13 @@ def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]
 
 
 def cmd_up(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from cluster import local
+    from local import cluster as local
 
     state = local.up_sidecars(cfg)
     if args.demo:
         from ingest_jobs.sync import run_sync
 
-        report = run_sync(cfg, DEMO_CORPUS, DEMO_TENANT, prune=True)
+        report = run_sync(cfg, local.DEMO_CORPUS, local.DEMO_TENANT, prune=True)
         print(
             f"demo corpus: {report.added} added, {report.changed} changed, {report.unchanged} unchanged, "
             f"{report.chunks_embedded} chunks embedded",
@@ -52,7 +50,7 @@ def cmd_up(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_down(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from cluster import local
+    from local import cluster as local
 
     stopped = local.down(cfg)
     emit({"stopped": stopped}, args.json, lambda p: "stopped: " + (", ".join(p["stopped"]) or "nothing was running"))
@@ -60,7 +58,7 @@ def cmd_down(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_status(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from cluster import local
+    from local import cluster as local
 
     info = local.status(cfg)
 
@@ -133,7 +131,7 @@ def cmd_serve_config(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_query(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from cluster.query_client import run_query
+    from cli.query_client import run_query
 
     return run_query(cfg, args)
 
@@ -177,7 +175,7 @@ def cmd_eval_variant(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_train_reranker(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from ingest_jobs.train_reranker import TrainRequest, run_training
+    from training.train_reranker import TrainRequest, run_training
 
     request = TrainRequest(dataset=args.dataset, split=args.split, out=args.out, limit=args.limit)
     print(json.dumps(run_training(cfg, request), default=str))

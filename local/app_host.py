@@ -42,7 +42,7 @@ def start_serve(cfg: RagcConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serve.host")
+    parser = argparse.ArgumentParser(prog="python -m local.app_host")
     parser.add_argument("--config", type=Path)
     parser.add_argument("--demo", action="store_true")
     args = parser.parse_args(argv)

@@ -11,8 +11,8 @@ from typing import Any
 from cluster.config import LLMEngineConfig, RagcConfig
 from cluster.llm_models import resolve_llm_path
 from serve.faults import FaultHooks
-from serve.generation import GenerationParams, Messages
-from serve.orphan_guard import guard_children
+from serve.llm.generation import GenerationParams, Messages
+from serve.llm.orphan_guard import guard_children
 
 
 def engine_deployment_name(engine: str) -> str:

@@ -9,48 +9,15 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from cluster.config import RagcConfig, SynthesizeConfig
+from cluster.config import RagcConfig
+from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
-from serve.generation import GenerationParams, as_generator
-from serve.prompts import synthesis_messages
-from serve.text_terms import terms
+from serve.llm.generation import GenerationParams, as_generator
+from serve.llm.prompts import synthesis_messages
 from serve.types import Passage, Synthesis
 
 CITATION = re.compile(r"\[(\d+)\]")
 ORPHAN_SPACE = re.compile(r"[ \t]+([.,;:!?])")  # left where a removed citation stood before punctuation
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-def best_excerpt(query: str, text: str, max_chars: int) -> str:
-    """The passage's sentences that share most words with the query, in their original order."""
-    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    sentences = [s.strip() for s in SENTENCE_END.split(" ".join(prose.split())) if s.strip()]
-    if not sentences:
-        return ""
-    wanted = terms(query)
-    ranked = sorted(range(len(sentences)), key=lambda i: (-len(terms(sentences[i]) & wanted), i))
-    chosen: list[int] = []
-    used = 0
-    for i in ranked:
-        if used and used + len(sentences[i]) > max_chars:
-            continue
-        chosen.append(i)
-        used += len(sentences[i]) + 1
-        if used >= max_chars:
-            break
-    excerpt = " ".join(sentences[i] for i in sorted(chosen))
-    return excerpt if len(excerpt) <= max_chars else excerpt[: max_chars - 1].rsplit(" ", 1)[0] + "…"
-
-
-def extractive_answer(query: str, passages: list[Passage], cfg: SynthesizeConfig) -> Synthesis:
-    parts = []
-    cited = []
-    for n, passage in enumerate(passages[: cfg.extractive_passages], start=1):
-        excerpt = best_excerpt(query, passage.text, cfg.extractive_chars)
-        if excerpt:
-            parts.append(f"{excerpt} [{n}]")
-            cited.append(n)
-    return Synthesis(answer="\n\n".join(parts), cited=cited, grounded=bool(cited), mode="extractive")
 
 
 def validate_citations(answer: str, passages_sent: int) -> tuple[str, list[int], int]:

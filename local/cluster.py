@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import RagcConfig
-from cluster.http_wait import NotUpError, wait_for_http
 from cluster.local_state import read_state, write_state
-from cluster.sidecars import SidecarError, process_alive, spawn, start_milvus, start_redis, stop
+from local.http_wait import NotUpError, wait_for_http
+from local.sidecars import SidecarError, process_alive, spawn, start_milvus, start_redis, stop
 
 APP_PROCESS = "app"
+DEMO_TENANT = "demo"
+DEMO_CORPUS = Path(__file__).parent / "demo_corpus"
 SIDECARS = ("milvus", "redis")
 APP_READY_TIMEOUT_S = 300.0  # model loads + serve.run on 2 cores take about a minute
 
@@ -47,7 +49,7 @@ def up_app(cfg: RagcConfig, config_file: Path | None, demo: bool) -> dict[str, A
     state_dir = cfg.state_dir.resolve()
     state = read_state(state_dir)
     if not process_alive(state.get(APP_PROCESS)):
-        argv = [sys.executable, "-m", "serve.host"]
+        argv = [sys.executable, "-m", "local.app_host"]
         if config_file:
             argv += ["--config", str(config_file.resolve())]
         if demo:

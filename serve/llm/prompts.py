@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from serve.generation import Messages
+from serve.llm.generation import Messages
 from serve.text_terms import terms
 from serve.types import Passage
 

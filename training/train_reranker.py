@@ -22,8 +22,8 @@ from cluster.store.schema import ChunkFields
 from evals.beir import EvalSet, load_qrels
 from evals.pipelines import SERVICE_HYBRID, PipelineRunner
 from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
-from ingest_jobs.reranker_training import TrainingGroup, query_groups, train_cross_encoder
-from serve.rerank import pair_text
+from serve.stages.rerank import pair_text
+from training.loop import TrainingGroup, query_groups, train_cross_encoder
 
 HELD_OUT_SPLITS = ("test",)
 TRAINING_RECORD = "ragc_training.json"
@@ -98,8 +98,8 @@ def train_and_save(
 def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
     import ray
 
-    from cluster.local import sidecars_running
     from cluster.ray_runtime import ensure_ray
+    from local.cluster import sidecars_running
 
     recipe = cfg.train_reranker
     train = training_queries(req)

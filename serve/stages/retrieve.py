@@ -26,6 +26,7 @@ from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
 from cluster.ttl_cache import TTLCache
 from serve.faults import FaultHooks
+from serve.fusion import rrf_fuse
 from serve.types import Passage, RetrievalResult
 
 logger = logging.getLogger(__name__)
@@ -34,15 +35,6 @@ ARMS = ("dense", "bm25")
 
 class InjectedArmFailureError(RuntimeError):
     pass
-
-
-def rrf_fuse(ranked_lists: list[list[str]], k: int) -> dict[str, float]:
-    """Reciprocal rank fusion: each id scores sum(1 / (k + rank)) over the lists it is in (rank from 1)."""
-    scores: dict[str, float] = {}
-    for ranked in ranked_lists:
-        for rank, chunk_id in enumerate(ranked, start=1):
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (k + rank)
-    return scores
 
 
 def embedded_texts(query: str, hyde_passage: str | None, include_original: bool = True) -> dict[str, str]:

@@ -1,9 +1,9 @@
 """Reranker recipe search: which training recipe makes our cross-encoder beat hybrid retrieval, and at
 what training budget. Two halves, so the training can run on a bare GPU box (torch + sentence-transformers):
 
-  python -m bench.reranker_recipes prepare --dataset DIR --out DIR   # here: mine data with our retriever
-  python -m bench.reranker_recipes run --data DIR --out DIR          # anywhere: train recipes, score test
-  python -m bench.reranker_recipes score --data DIR --scores FILE    # here: nDCG@10 per recipe vs hybrid
+  python -m training.recipes prepare --dataset DIR --out DIR   # here: mine data with our retriever
+  python -m training.recipes run --data DIR --out DIR          # anywhere: train recipes, score test
+  python -m training.recipes score --data DIR --scores FILE    # here: nDCG@10 per recipe vs hybrid
 
 `prepare` stores each train query's hybrid candidates (up to 30 chunks) with the relevant ones marked,
 each test query's hybrid top-50, and a float16 copy of the base weights."""
@@ -84,12 +84,12 @@ def prepare(dataset: Path, out: Path) -> None:
     from safetensors.torch import load_file, save_file
 
     from cluster.config import load_config
-    from cluster.local import sidecars_running
     from cluster.models import resolve_model_path
     from evals.beir import EvalSet
     from evals.pipelines import PIPELINES, PipelineRunner
     from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
-    from serve.rerank import pair_text
+    from local.cluster import sidecars_running
+    from serve.stages.rerank import pair_text
 
     cfg = eval_collection(load_config(None), dataset)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,7 @@ def prepare(dataset: Path, out: Path) -> None:
 def groups_for(data: dict[str, Any], recipe: Recipe) -> list[Any]:
     import random
 
-    from ingest_jobs.reranker_training import query_groups
+    from training.loop import query_groups
 
     rng = random.Random(recipe.seed)
     texts = data["texts"]
@@ -145,7 +145,7 @@ def run(
 ) -> None:
     import torch
 
-    from ingest_jobs.reranker_training import train_cross_encoder
+    from training.loop import train_cross_encoder
 
     with gzip.open(data_dir / "data.json.gz", "rt", encoding="utf-8") as handle:
         data = json.load(handle)
@@ -211,7 +211,7 @@ def embed_throughput(data_dir: Path, texts: list[str]) -> dict[str, float]:
 def score(data_dir: Path, scores_file: Path, depths: list[int]) -> None:
     from cluster.config import RerankConfig
     from evals.metrics import mean_metrics, per_query
-    from serve.rerank import rerank_order
+    from serve.stages.rerank import rerank_order
     from serve.types import Passage
 
     with gzip.open(data_dir / "data.json.gz", "rt", encoding="utf-8") as handle:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from cluster.config import RagcConfig
-from cluster.local import http_url
+from local.cluster import http_url
 
 FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(>=|<=|!=|=)(.*)$")
 OPS = {"=": "eq", "!=": "ne", ">=": "gte", "<=": "lte"}

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from cluster.config import RagcConfig
 from cluster.redis_conn import redis_url
 from serve import metrics
-from serve.auth import Authenticator
 from serve.cache import open_response_cache
+from serve.edge.auth import Authenticator
+from serve.edge.filters import compile_filters
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
-from serve.filters import compile_filters
 from serve.pipeline import QueryPipeline, Stages
 from serve.types import QueryRequest, QueryResponse
 

@@ -1,0 +1,44 @@
+"""The extractive answer: the best sentences of the top passages, cited. Synthesis falls back to it and the
+pipeline serves it when the LLM stage is off or failed."""
+
+from __future__ import annotations
+
+import re
+
+from cluster.config import SynthesizeConfig
+from serve.text_terms import terms
+from serve.types import Passage, Synthesis
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def best_excerpt(query: str, text: str, max_chars: int) -> str:
+    """The passage's sentences that share most words with the query, in their original order."""
+    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    sentences = [s.strip() for s in SENTENCE_END.split(" ".join(prose.split())) if s.strip()]
+    if not sentences:
+        return ""
+    wanted = terms(query)
+    ranked = sorted(range(len(sentences)), key=lambda i: (-len(terms(sentences[i]) & wanted), i))
+    chosen: list[int] = []
+    used = 0
+    for i in ranked:
+        if used and used + len(sentences[i]) > max_chars:
+            continue
+        chosen.append(i)
+        used += len(sentences[i]) + 1
+        if used >= max_chars:
+            break
+    excerpt = " ".join(sentences[i] for i in sorted(chosen))
+    return excerpt if len(excerpt) <= max_chars else excerpt[: max_chars - 1].rsplit(" ", 1)[0] + "…"
+
+
+def extractive_answer(query: str, passages: list[Passage], cfg: SynthesizeConfig) -> Synthesis:
+    parts = []
+    cited = []
+    for n, passage in enumerate(passages[: cfg.extractive_passages], start=1):
+        excerpt = best_excerpt(query, passage.text, cfg.extractive_chars)
+        if excerpt:
+            parts.append(f"{excerpt} [{n}]")
+            cited.append(n)
+    return Synthesis(answer="\n\n".join(parts), cited=cited, grounded=bool(cited), mode="extractive")
