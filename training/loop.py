@@ -56,6 +56,8 @@ class TrainingOutcome:
     pairs: int = 0
     seconds: float = 0.0
     losses: list[float] = field(default_factory=list)  # mean loss per tenth of training
+    precision: str = "float32"
+    threads: int = 1
 
     @property
     def pairs_per_s(self) -> float:
@@ -67,6 +69,8 @@ class TrainingOutcome:
             "pairs": self.pairs,
             "seconds": round(self.seconds, 1),
             "pairs_per_s": round(self.pairs_per_s, 2),
+            "precision": self.precision,
+            "threads": self.threads,
             "loss_by_tenth": [round(x, 4) for x in self.losses],
         }
 
@@ -77,8 +81,11 @@ def train_cross_encoder(
     recipe: RerankTrainingConfig,
     device: str,
     progress: Callable[[str], None] | None = None,
+    autocast_bf16: bool = False,
 ) -> tuple[Any, TrainingOutcome]:
-    """Returns the trained `CrossEncoder` and what the run did; `progress` hears each tenth's loss."""
+    """Returns the trained `CrossEncoder` and what the run did; `progress` hears each tenth's loss.
+
+    `autocast_bf16`: forward passes under bf16 autocast (fp32 master weights); only where bf16 is native."""
     import torch
     from sentence_transformers import CrossEncoder
 
@@ -96,7 +103,9 @@ def train_cross_encoder(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
     )
-    outcome = TrainingOutcome()
+    outcome = TrainingOutcome(precision="bfloat16" if autocast_bf16 else "float32", threads=torch.get_num_threads())
+    if progress is not None:
+        progress(f"training on {device}, {outcome.precision}, {outcome.threads} torch threads, {total} steps")
     averaged = TailAverage(first_step=total - int(total * recipe.average_tail) + 1)  # tail 0: never copies
     window: list[float] = []
     started = time.perf_counter()
@@ -105,7 +114,7 @@ def train_cross_encoder(
         rng.shuffle(order)
         for start in range(0, len(order), recipe.groups_per_step):
             batch = order[start : start + recipe.groups_per_step]
-            loss = _group_loss(model, tokenizer, batch, recipe, device)
+            loss = _group_loss(model, tokenizer, batch, recipe, device, autocast_bf16)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -156,7 +165,7 @@ class TailAverage:
 
 
 def _group_loss(
-    model: Any, tokenizer: Any, batch: list[TrainingGroup], recipe: RerankTrainingConfig, device: str
+    model: Any, tokenizer: Any, batch: list[TrainingGroup], recipe: RerankTrainingConfig, device: str, bf16: bool
 ) -> Any:
     import torch
     import torch.nn.functional as F
@@ -168,7 +177,7 @@ def _group_loss(
         queries, texts, padding=True, truncation="longest_first", max_length=recipe.max_length, return_tensors="pt"
     ).to(device)
     device_type = "cuda" if device.startswith("cuda") else "cpu"
-    with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=recipe.bf16):
+    with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(**features).logits.view(len(batch), width).float()
     if recipe.loss == "listwise":
         return F.cross_entropy(logits, torch.zeros(len(batch), dtype=torch.long, device=logits.device))

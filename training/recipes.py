@@ -14,50 +14,52 @@ import argparse
 import gzip
 import json
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cluster.config import RerankTrainingConfig
 
 POOL = 30
 TEST_DEPTH = 50
 
 
+# The first rounds were written against this base; everything else is `train_reranker`'s own default, so a
+# recipe can never drift from the config the job trains with.
+FIRST_ROUND_BASE: dict[str, Any] = {"epochs": 1, "learning_rate": 3e-5, "max_length": 192}
+
+
 @dataclass(frozen=True)
-class Recipe:  # the fields of cluster.config.RerankTrainingConfig that the training loop reads
+class Recipe:
     name: str
-    loss: str = "listwise"
-    negatives: int = 7
-    epochs: int = 1
-    groups_per_step: int = 4
-    learning_rate: float = 3e-5
-    warmup_ratio: float = 0.1
-    max_length: int = 192
-    bf16: bool = True
-    average_tail: float = 0.0
-    seed: int = 13
+    config: RerankTrainingConfig
+
+
+def named_recipe(name: str, **overrides: Any) -> Recipe:
+    return Recipe(name, RerankTrainingConfig(**(FIRST_ROUND_BASE | overrides)))
 
 
 RECIPES = [
-    Recipe("bce_n3_e1", loss="bce", negatives=3, groups_per_step=4, learning_rate=5e-5),
-    Recipe("list_n3_e1", negatives=3),
-    Recipe("list_n7_e1", negatives=7),
-    Recipe("list_n7_e1_lr6", negatives=7, learning_rate=6e-5),
-    Recipe("list_n7_e1_len128", negatives=7, max_length=128),
-    Recipe("list_n15_e1", negatives=15, groups_per_step=2),
-    Recipe("list_n7_e3", negatives=7, epochs=3),
-    Recipe("list_n15_e4", negatives=15, epochs=4, groups_per_step=2),
+    named_recipe("bce_n3_e1", loss="bce", negatives=3, groups_per_step=4, learning_rate=5e-5),
+    named_recipe("list_n3_e1", negatives=3),
+    named_recipe("list_n7_e1", negatives=7),
+    named_recipe("list_n7_e1_lr6", negatives=7, learning_rate=6e-5),
+    named_recipe("list_n7_e1_len128", negatives=7, max_length=128),
+    named_recipe("list_n15_e1", negatives=15, groups_per_step=2),
+    named_recipe("list_n7_e3", negatives=7, epochs=3),
+    named_recipe("list_n15_e4", negatives=15, epochs=4, groups_per_step=2),
     # second round: what a CPU budget (~5-7k pairs, ~10 min on 2 cores) can reach with a larger step
-    Recipe("list_n3_e1_lr1e4", negatives=3, learning_rate=1e-4),
-    Recipe("list_n3_e1_lr2e4", negatives=3, learning_rate=2e-4),
-    Recipe("list_n7_e1_lr1e4", negatives=7, learning_rate=1e-4),
-    Recipe("list_n7_e1_lr2e4", negatives=7, learning_rate=2e-4),
-    Recipe("list_n7_e1_len128_lr1e4", negatives=7, max_length=128, learning_rate=1e-4),
-    Recipe("list_n7_e1_len128_lr2e4", negatives=7, max_length=128, learning_rate=2e-4),
-    Recipe("list_n3_e2_lr1e4", negatives=3, epochs=2, learning_rate=1e-4),
-    Recipe("list_n7_e3_lr1e4", negatives=7, epochs=3, learning_rate=1e-4),
+    named_recipe("list_n3_e1_lr1e4", negatives=3, learning_rate=1e-4),
+    named_recipe("list_n3_e1_lr2e4", negatives=3, learning_rate=2e-4),
+    named_recipe("list_n7_e1_lr1e4", negatives=7, learning_rate=1e-4),
+    named_recipe("list_n7_e1_lr2e4", negatives=7, learning_rate=2e-4),
+    named_recipe("list_n7_e1_len128_lr1e4", negatives=7, max_length=128, learning_rate=1e-4),
+    named_recipe("list_n7_e1_len128_lr2e4", negatives=7, max_length=128, learning_rate=2e-4),
+    named_recipe("list_n3_e2_lr1e4", negatives=3, epochs=2, learning_rate=1e-4),
+    named_recipe("list_n7_e3_lr1e4", negatives=7, epochs=3, learning_rate=1e-4),
     # third round, on 2 CPU cores: is the CI recipe's gain steady across seeds, and does averaging its tail help
     *(
-        Recipe(
+        named_recipe(
             f"cpu_len128_lr2e4_avg{int(avg * 100)}_s{seed}",
             max_length=128,
             learning_rate=2e-4,
@@ -125,7 +127,7 @@ def prepare(dataset: Path, out: Path) -> None:
     print(json.dumps({"texts": len(texts), "train": len(records["train"]), "test": len(records["test"])}))
 
 
-def groups_for(data: dict[str, Any], recipe: Recipe) -> list[Any]:
+def groups_for(data: dict[str, Any], recipe: RerankTrainingConfig) -> list[Any]:
     import random
 
     from training.loop import query_groups
@@ -145,6 +147,7 @@ def run(
 ) -> None:
     import torch
 
+    from cluster.models import pick_dtype
     from training.loop import train_cross_encoder
 
     with gzip.open(data_dir / "data.json.gz", "rt", encoding="utf-8") as handle:
@@ -167,22 +170,23 @@ def run(
     if not only:
         results["embedding"] = embed_throughput(data_dir, list(data["texts"].values()))
         print("embedding", json.dumps(results["embedding"]), flush=True)
-    for recipe in RECIPES:
-        if only and recipe.name not in only:
+    for named in RECIPES:
+        if only and named.name not in only:
             continue
-        groups = groups_for(data, recipe)
-        encoder, outcome = train_cross_encoder(model_path, groups, recipe, device)  # type: ignore[arg-type]
+        groups = groups_for(data, named.config)
+        bf16 = pick_dtype(named.config.dtype, device) == "bfloat16"
+        encoder, outcome = train_cross_encoder(model_path, groups, named.config, device, autocast_bf16=bf16)
         started = time.perf_counter()
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
             scores = encoder.predict(pairs, batch_size=128, show_progress_bar=False, convert_to_numpy=True)
-        results[recipe.name] = {
-            "recipe": {f.name: getattr(recipe, f.name) for f in fields(recipe)},
+        results[named.name] = {
+            "recipe": named.config.model_dump(mode="json"),
             "groups": len(groups),
             "training": outcome.summary(),
             "score_s": round(time.perf_counter() - started, 2),
             "scores": [round(float(s), 4) for s in scores],
         }
-        print(recipe.name, json.dumps(outcome.summary()), flush=True)
+        print(named.name, json.dumps(outcome.summary()), flush=True)
         (out / "scores.json").write_text(json.dumps(results), encoding="utf-8")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import RagcConfig, RerankTrainingConfig
-from cluster.models import pick_device, resolve_model_path, set_torch_threads
+from cluster.models import pick_device, pick_dtype, resolve_model_path, set_torch_threads
 from cluster.store.client import connect
 from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
@@ -90,7 +90,8 @@ def train_and_save(
     model_path: str, groups: list[TrainingGroup], recipe: RerankTrainingConfig, device: str, out: str
 ) -> dict[str, Any]:
     set_torch_threads()
-    encoder, outcome = train_cross_encoder(model_path, groups, recipe, device, _progress)
+    bf16 = pick_dtype(recipe.dtype, device) == "bfloat16"
+    encoder, outcome = train_cross_encoder(model_path, groups, recipe, device, _progress, autocast_bf16=bf16)
     encoder.save(out)
     return outcome.summary() | {"device": device}
 

@@ -12,7 +12,7 @@ import yaml
 
 helm = pytest.importorskip("helm_python")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "ragc"
 # ../shared beside the checkout holds the KubeRay CRD schemas (RAGC_SHARED_DIR overrides where it is)
 CRDS = Path(os.environ.get("RAGC_SHARED_DIR", ROOT.parent / "shared")) / "kuberay-crds"

@@ -1,0 +1,28 @@
+"""Model placement: cores from affinity and cgroup quota; bf16 only where the hardware has it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def test_available_cpus_honours_a_cgroup_quota(tmp_path: Path) -> None:
+    from cluster.models import available_cpus
+
+    cpu_max = tmp_path / "cpu.max"
+    unlimited = available_cpus(tmp_path / "absent")
+    cpu_max.write_text("max 100000\n")
+    assert available_cpus(cpu_max) == unlimited
+    cpu_max.write_text("150000 100000\n")  # a 1.5-CPU limit: two threads, not the node's cores
+    assert available_cpus(cpu_max) == min(2, unlimited)
+
+
+def test_bf16_only_where_it_is_native(tmp_path: Path) -> None:
+    from cluster.models import native_bf16, pick_dtype
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    assert not native_bf16("cpu", cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert native_bf16("cpu", cpuinfo)
+    assert native_bf16("cuda", tmp_path / "absent") and not native_bf16("cpu", tmp_path / "absent")
+    assert pick_dtype("float32", "cuda") == "float32"  # an explicit choice is kept

@@ -1,0 +1,60 @@
+"""The HTTP edge: filters compile to escaped store clauses; API keys map to tenants."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.config import AuthConfig, LimitsConfig, RagcConfig, SecretRef
+from serve.edge.auth import Authenticator
+from serve.edge.filters import compile_filters
+from serve.errors import BadRequestError, UnauthorizedError
+
+ALLOWED = RagcConfig().serve.filters
+LIMITS = LimitsConfig()
+
+
+def test_filters_compile_to_escaped_typed_clauses() -> None:
+    expr = compile_filters(
+        {"doc_type": "md", "year": {"gte": 2019, "lte": 2021}, "source": {"in": ["a", "b"]}}, ALLOWED, LIMITS
+    )
+    assert expr == '(doc_type == "md") and (year >= 2019) and (year <= 2021) and (source in ["a", "b"])'
+    assert compile_filters({}, ALLOWED, LIMITS) == ""
+
+
+@pytest.mark.parametrize(
+    ("filters", "message"),
+    [
+        ({"doc_type": '" or 1==1 or "'}, "quotes"),
+        ({"doc_type": "md' or '1'=='1"}, "quotes"),
+        ({"tenant_id": "other"}, "unknown filter field"),
+        ({"year or 1==1": 1}, "unknown filter field"),
+        ({"year": "2020 or 1==1"}, "takes an integer"),
+        ({"year": True}, "takes an integer"),
+        ({"doc_type": 5}, "takes a string"),
+        ({"doc_type": {"gte": "a"}}, "not allowed"),
+        ({"doc_type": {"like": "a%"}}, "not allowed"),
+        ({"source": {"in": []}}, "non-empty list"),
+        ({"doc_type": "a\nb"}, "control characters"),
+    ],
+)
+def test_filters_refuse_injection_unknown_fields_and_wrong_types(filters: dict, message: str) -> None:
+    with pytest.raises(BadRequestError, match=message):
+        compile_filters(filters, ALLOWED, LIMITS)
+
+
+def test_auth_maps_keys_to_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_KEYS", '{"k-a": "alpha", "k-b": "beta"}')
+    auth = Authenticator(AuthConfig(api_keys=SecretRef(env_var="TEST_KEYS")), "0.0.0.0")
+    assert auth.tenant_for("Bearer k-a", None) == "alpha"
+    assert auth.tenant_for(None, "k-b") == "beta"
+    with pytest.raises(UnauthorizedError, match="missing"):
+        auth.tenant_for(None, None)
+    with pytest.raises(UnauthorizedError, match="unknown"):
+        auth.tenant_for("Bearer nope", None)
+
+
+def test_auth_off_is_single_tenant_and_loopback_only() -> None:
+    off = AuthConfig(enabled=False, single_tenant="demo")
+    assert Authenticator(off, "127.0.0.1").tenant_for(None, None) == "demo"
+    with pytest.raises(ValueError, match="non-loopback"):
+        Authenticator(off, "0.0.0.0")

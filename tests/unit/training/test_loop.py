@@ -1,0 +1,69 @@
+"""The reranker training loop: training groups, tail averaging, the precision it runs at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_training_groups_take_the_best_positive_chunk_and_sample_only_non_relevant_negatives() -> None:
+    import random
+
+    from training.loop import query_groups
+
+    candidates = [("d1", "neg a"), ("p1", "pos 1 best"), ("p1", "pos 1 worse"), ("d2", "neg b"), ("d3", "neg c")]
+    fetched: list[list[str]] = []
+
+    def missing(doc_ids: list[str]) -> dict[str, str]:
+        fetched.append(doc_ids)
+        return {d: f"chunk 0 of {d}" for d in doc_ids}
+
+    groups = query_groups("q", candidates, {"p1", "p2"}, 2, random.Random(1), missing)
+    assert fetched == [["p2"]]  # only the relevant document the retriever missed
+    assert [g.positive for g in groups] == ["pos 1 best", "chunk 0 of p2"]
+    assert all(len(g.negatives) == 2 and set(g.negatives) <= {"neg a", "neg b", "neg c"} for g in groups)
+    assert query_groups("q", candidates, {"p1"}, 4, random.Random(1)) == []  # too few negatives
+
+
+def test_tail_average_is_the_mean_of_the_weights_over_the_tail_steps() -> None:
+    import torch
+
+    from training.loop import TailAverage
+
+    model = torch.nn.Linear(2, 1)
+    averaged = TailAverage(first_step=3)
+    for step, value in enumerate([10.0, 20.0, 1.0, 2.0, 6.0], start=1):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        averaged.add(model, step)
+    averaged.load_into(model)
+    assert model.weight.tolist() == [[3.0, 3.0]]  # steps 3-5 only
+    last = torch.nn.Linear(2, 1)
+    untouched = TailAverage(first_step=5)
+    with torch.no_grad():
+        last.weight.fill_(7.0)
+    untouched.add(last, 5)
+    untouched.load_into(last)
+    assert last.weight.tolist() == [[7.0, 7.0]]  # no tail: the last step's weights
+
+
+def test_training_runs_in_fp32_where_bf16_is_not_native(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Emulated bf16 autocast is an order of magnitude slower than fp32: `dtype: auto` must not pick it there."""
+    import cluster.models
+    from cluster.config import RerankTrainingConfig
+    from cluster.models import resolve_model_path
+    from training.loop import TrainingGroup
+    from training.train_reranker import train_and_save
+
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: False)
+    groups = [TrainingGroup("what is a tenant", "a tenant owns its documents", ("the sky is blue",))] * 2
+    recipe = RerankTrainingConfig(max_length=16, groups_per_step=2, epochs=1)
+    summary = train_and_save(resolve_model_path(recipe.base_model), groups, recipe, "cpu", str(tmp_path / "m"))
+    assert summary["precision"] == "float32"
+    assert summary["threads"] >= 1 and summary["pairs"] == 4
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: True)
+    assert (
+        train_and_save(resolve_model_path(recipe.base_model), groups, recipe, "cpu", str(tmp_path / "b"))["precision"]
+        == "bfloat16"
+    )
