@@ -6,12 +6,12 @@ import logging
 from typing import Protocol
 
 import numpy as np
+from cachetools import TTLCache
 
 from cluster.config import RagcConfig
 from cluster.hashing import sha
 from cluster.models import Embedder
 from cluster.redis_conn import redis_url
-from cluster.ttl_cache import TTLCache
 
 logger = logging.getLogger(__name__)
 KEY_PREFIX = "ragc:emb:"
@@ -102,5 +102,5 @@ class CachedEmbedder:
         out = [v for v in found if v is not None]
         if self._memory is not None:
             for text, vector in zip(texts, out, strict=True):
-                self._memory.put(text, vector)
+                self._memory[text] = vector
         return out

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from cachetools import TTLCache
 
 from cluster.hashing import sha
-from cluster.ttl_cache import TTLCache
 
 logger = logging.getLogger(__name__)
 CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"]
@@ -150,7 +150,7 @@ class ResponseCache:
         try:
             if (hit := await self._shared.get_exact(key)) is not None:
                 if self._l1 is not None:
-                    self._l1.put(key, hit)
+                    self._l1[key] = hit
                 return hit, "hit_l2", None
             if self._semantic:
                 embedded: list[float] = await asyncio.wait_for(embed(), self._timeout_s * 4)
@@ -165,7 +165,7 @@ class ResponseCache:
     def store(self, scope: CacheScope, question: str, vector: list[float] | None, response: dict[str, Any]) -> None:
         key = scope.exact_key(question)
         if self._l1 is not None:
-            self._l1.put(key, response)
+            self._l1[key] = response
         if self._shared is None:
             return
         task = asyncio.get_running_loop().create_task(self._store_shared(scope, key, question, vector, response))

@@ -10,6 +10,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from cachetools import TTLCache
+
 from cluster.config import ServeConfig
 from serve import metrics
 from serve.cache import CacheScope, ResponseCache
@@ -93,15 +95,15 @@ class QueryPipeline:
         self._cfg = cfg
         self._stages = stages
         self._cache = cache
-        self._version: tuple[float, int] | None = None  # (read at, index version)
+        self._version: TTLCache[str, int] = TTLCache(1, ttl=cfg.retrieve.index_version_ttl_s)
 
     async def index_version(self) -> int:
         """Cached here for `index_version_ttl_s`, so a cache hit costs no call to another deployment."""
-        now = time.monotonic()
-        if self._version is None or now - self._version[0] >= self._cfg.retrieve.index_version_ttl_s:
+        version = self._version.get("v")
+        if version is None:
             version = await call_stage("cache", self._stages.index_version, self._cfg.cache.lookup_timeout_s)
-            self._version = (now, version)
-        return self._version[1]
+            self._version["v"] = version
+        return version
 
     def scope(self, request: QueryRequest, tenant: str, filter_expr: str, index_version: int) -> CacheScope:
         turns = self._cfg.cache.history_turns_in_key

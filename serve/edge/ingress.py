@@ -4,11 +4,11 @@ import asyncio
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from cachetools import TTLCache
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -79,17 +79,22 @@ class Ingress:
         self._pipeline = QueryPipeline(self._scfg, stages, cache)
         self._readiness = readiness
         self._llm_state = llm_state
-        self._ready: tuple[float, bool, str | None] = (0.0, False, "not checked yet")
+        self._ready = False  # once ready, always ready: a replica that cannot serve fails its health check
+        self._not_ready: TTLCache[str, str | None] = TTLCache(1, ttl=READY_RECHECK_S)  # the last reason, briefly
 
     async def ready(self) -> tuple[bool, str | None]:
-        checked_at, ok, reason = self._ready
-        if ok or (time.monotonic() - checked_at < READY_RECHECK_S and checked_at):
-            return ok, reason
+        if self._ready:
+            return True, None
+        if "reason" in self._not_ready:
+            return False, self._not_ready["reason"]
         try:
             ok, reason = await asyncio.wait_for(self._readiness(), self._scfg.retrieve.timeout_s)
         except Exception as exc:  # noqa: BLE001 - readiness failures are reasons, not crashes
             ok, reason = False, f"retrieval stage unreachable: {exc!r}"
-        self._ready = (time.monotonic(), ok, reason)
+        if ok:
+            self._ready = True
+        else:
+            self._not_ready["reason"] = reason
         return ok, reason
 
     async def parse(self, request: Request) -> QueryRequest:

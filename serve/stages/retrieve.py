@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from cachetools import TTLCache
 
 from cluster.config import RagcConfig
 from cluster.embedding_cache import CachedEmbedder, NoEmbeddingCache, open_embedding_cache
@@ -24,7 +24,6 @@ from cluster.store.client import connect
 from cluster.store.collections import CollectionMismatchError, Collections
 from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
-from cluster.ttl_cache import TTLCache
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
 from serve.types import Passage, RetrievalResult
@@ -96,7 +95,8 @@ class HybridRetriever:
         self._client: Any = None
         self._collections: Collections | None = None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve")
-        self._version: tuple[float, int] = (0.0, 0)
+        self._version: TTLCache[str, int] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
+        self._last_version = 0
         self.not_ready_reason: str | None = "not warmed up"
 
     def warm_up(self) -> None:
@@ -129,14 +129,13 @@ class HybridRetriever:
         self.not_ready_reason = None
         return True
 
-    def index_version(self, max_age_s: float | None = None) -> int:
-        """The catalog's index version, re-read when older than `max_age_s` (default: the config's TTL)."""
-        max_age_s = self._rcfg.index_version_ttl_s if max_age_s is None else max_age_s
-        checked_at, version = self._version
-        if time.monotonic() - checked_at >= max_age_s and self._collections:
-            version = self._collections.index_version()
-            self._version = (time.monotonic(), version)
-        return version
+    def index_version(self, fresh: bool = False) -> int:
+        """The catalog's index version, re-read when the cached one is older than `index_version_ttl_s`
+        (or `fresh`); the last one read while the store is not connected."""
+        version = None if fresh else self._version.get("v")
+        if version is None and self._collections:
+            version = self._last_version = self._version["v"] = self._collections.index_version()
+        return self._last_version if version is None else version
 
     def embed_query(self, text: str) -> list[float]:
         if self._embedder is None:
@@ -301,7 +300,7 @@ class RetrieveStage(FaultHooks):
 
     async def index_version(self) -> int:
         """Fresh from the catalog: the ingress already caches it for `index_version_ttl_s`."""
-        return await asyncio.to_thread(self._retriever.index_version, 0.0)
+        return await asyncio.to_thread(self._retriever.index_version, True)
 
     async def readiness(self) -> tuple[bool, str | None]:
         ready = await asyncio.to_thread(self._retriever.check_ready)

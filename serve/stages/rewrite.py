@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cachetools import TTLCache
+
 from cluster.config import RagcConfig
-from cluster.ttl_cache import TTLCache
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, as_generator
 from serve.llm.prompts import (
@@ -41,7 +42,7 @@ class RewriteStage(FaultHooks):
             return RewriteResult(cached.query, cached.hyde_passage, "cached", cached.detail)
         result = await self._run(query, turns, rewrite, hyde)
         if self._cache is not None and result.status == "ok":
-            self._cache.put(key, result)
+            self._cache[key] = result
         return result
 
     async def _run(self, query: str, turns: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:

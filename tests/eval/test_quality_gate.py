@@ -12,7 +12,8 @@ import pytest
 
 from tests.eval.conftest import RagcCli
 
-pytestmark = pytest.mark.eval
+# the first test carries the whole gate (embed SciFact, train the reranker, evaluate): ~45 min on a slow CPU
+pytestmark = [pytest.mark.eval, pytest.mark.timeout(4800)]
 
 HYBRID_FLOOR = 0.70
 
@@ -98,11 +99,18 @@ def test_abstention_on_the_variant(abstention: dict[str, Any]) -> None:
     # the retriever with that floor does what the cosines predicted
     assert test["abstention"] == test["predicted_from_cosines"]["abstention"]
     assert test["false_abstention"] == test["predicted_from_cosines"]["false_abstention"]
-    # the targets hold, or the TRAIN trade-off curve shows that no floor can reach both
-    targets = section["targets"]
-    reachable = [
-        p
-        for p in section["curves"]["train"]
-        if p["abstention"] >= targets["abstention"] and p["false_abstention"] <= targets["false_abstention"]
-    ]
-    assert section["targets_met"] or not reachable, reachable[:3]
+    # no floor on TRAIN's curve (steps of 0.01) abstains more within the false-abstention budget than the chosen one
+    within = [p for p in section["curves"]["train"] if p["false_abstention"] <= section["targets"]["false_abstention"]]
+    assert within and section["chosen_on_train"]["abstention"] >= max(p["abstention"] for p in within)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #16: the cosine floor cannot tell 'about the same subject' from 'answers it' (test abstention "
+    "~0.05 at ~0.08 false abstention); an answerability signal is the fix. Strict: passing means drop this mark.",
+)
+def test_abstention_meets_its_targets_on_test(abstention: dict[str, Any]) -> None:
+    section = abstention["abstention"]
+    targets, test = section["targets"], section["test"]
+    assert test["abstention"] >= targets["abstention"], test
+    assert test["false_abstention"] <= targets["false_abstention"], test

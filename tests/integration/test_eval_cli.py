@@ -75,7 +75,9 @@ def test_a_trained_reranker_loads_in_the_rerank_stage(tiny: dict[str, Any]) -> N
     ragc, root = tiny["ragc"], tiny["root"]
     record = ragc("train-reranker", "--dataset", str(tiny["dataset"]), "--out", str(root / "ce"))
     assert record["groups"] > 0 and record["training"]["steps"] > 0
-    assert record["ingest"]["chunks_embedded"] == 0 or record["ingest"]["chunks_total"] > 0
+    # the slice is embedded once: by this command, or already by an earlier eval of the same module
+    assert record["ingest"]["chunks_total"] > 0
+    assert record["ingest"]["chunks_embedded"] in (0, record["ingest"]["chunks_total"])
     assert (root / "ce" / "ragc_training.json").exists()
     reranked = ragc(
         "eval", "--dataset", str(tiny["dataset"]), "--pipeline", "hybrid_rerank", "--reranker", record["model"]

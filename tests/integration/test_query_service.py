@@ -135,12 +135,29 @@ def test_tenant_b_never_sees_tenant_a_even_with_its_exact_text(service: dict[str
     alpha_text = (DEMO_CORPUS / "security" / "tenant-isolation.md").read_text().split("\n\n")[1]
     out = ask(service, {"query": alpha_text, "top_k": 10}, headers=BETA).json()
     assert out["tenant"] == "beta"
-    assert all(p["doc_id"].startswith("beta-") for p in out["passages"])
+    assert out["passages"] and all(p["doc_id"].startswith("beta-") for p in out["passages"])
     out = ask(service, {"query": BETA_SECRET, "top_k": 10}).json()
     assert all(p["doc_id"] in alpha_doc_ids() for p in out["passages"])
     assert "zeppelin" not in out["answer"]
     mine = ask(service, {"query": BETA_SECRET}, headers=BETA).json()
     assert mine["passages"][0]["doc_id"] == "beta-secret.txt"
+
+
+def test_each_milvus_arm_filters_by_tenant_before_any_post_check(service: dict[str, Any]) -> None:
+    """The tenant clause is in both searches themselves: the pipeline's own post-filter would mask a leak."""
+    from serve.stages.retrieve import ARMS, HybridRetriever
+
+    retriever = HybridRetriever(service["cfg"])
+    alpha_text = (DEMO_CORPUS / "security" / "tenant-isolation.md").read_text().split("\n\n")[1]
+    for tenant, query, other in (("beta", alpha_text, "alpha"), ("alpha", BETA_SECRET, "beta")):
+        searched = retriever.search_arms(tenant, query)
+        leaked = retriever.search_arms(other, query)  # the same words do match the other tenant's chunks
+        for arm in ARMS:
+            assert searched.arms[arm] == "ok", searched.arms
+            hits = searched.results[arm]
+            assert hits, f"{arm} found nothing for {tenant}: the check below would be vacuous"
+            assert {h["tenant_id"] for h in hits} == {tenant}, (arm, [h["doc_id"] for h in hits])
+            assert {h["tenant_id"] for h in leaked.results[arm]} == {other}
 
 
 def test_batched_nearest_chunk_cosines_match_the_retrievers_dense_arm(service: dict[str, Any]) -> None:

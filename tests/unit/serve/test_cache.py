@@ -1,8 +1,9 @@
 import asyncio
 import time
 
+from cachetools import TTLCache
+
 from cluster.config import RagcConfig
-from cluster.ttl_cache import TTLCache
 from serve.cache import CacheScope, ResponseCache, normalise
 from serve.pipeline import QueryPipeline
 from serve.types import Passage, QueryRequest
@@ -26,10 +27,10 @@ def ask(p: QueryPipeline, query: str, tenant: str = "t1", expr: str = "", **kw: 
 
 
 def test_ttl_cache_expires_and_bounds() -> None:
-    cache = TTLCache(2, ttl_s=0.05)
-    cache.put("a", 1)
-    cache.put("b", 2)
-    cache.put("c", 3)
+    cache: TTLCache[str, int] = TTLCache(2, ttl=0.05)
+    cache["a"] = 1
+    cache["b"] = 2
+    cache["c"] = 3
     assert cache.get("a") is None and cache.get("c") == 3 and len(cache) == 2
     time.sleep(0.06)
     assert cache.get("c") is None
