@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import httpx
+from httpx_sse import connect_sse
 
 from cluster.config import RagcConfig
 from local.cluster import http_url
@@ -61,23 +62,21 @@ def run_query(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 def _stream(url: str, body: dict[str, Any], headers: dict[str, str], as_json: bool) -> int:
     final: dict[str, Any] | None = None
-    with httpx.stream("POST", url, json=body, headers=headers, timeout=CLIENT_TIMEOUT_S) as response:
-        if response.status_code != 200:
-            print(f"ragc query: HTTP {response.status_code}: {response.read().decode()}", file=sys.stderr)
+    with (
+        httpx.Client(timeout=CLIENT_TIMEOUT_S) as client,
+        connect_sse(client, "POST", url, json=body, headers=headers) as source,
+    ):
+        if source.response.status_code != 200:
+            print(f"ragc query: HTTP {source.response.status_code}: {source.response.read().decode()}", file=sys.stderr)
             return 1
-        event = ""
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-                if event == "token" and not as_json:
-                    print(data["text"], end="", flush=True)
-                elif event == "final":
-                    final = data
-                elif event == "error":
-                    print(f"\nragc query: {data}", file=sys.stderr)
-                    return 1
+        for event in source.iter_sse():
+            if event.event == "token" and not as_json:
+                print(event.json()["text"], end="", flush=True)
+            elif event.event == "final":
+                final = event.json()
+            elif event.event == "error":
+                print(f"\nragc query: {event.json()}", file=sys.stderr)
+                return 1
     if final is None:
         return 1
     print(json.dumps(final) if as_json else "\n\n" + render(final).split("\n\n", 1)[-1])

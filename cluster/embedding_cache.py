@@ -81,7 +81,7 @@ def open_embedding_cache(cfg: RagcConfig) -> EmbeddingCache:
 class CachedEmbedder:
     """An `Embedder` that looks in memory (L1), then the shared cache, and embeds only the rest."""
 
-    def __init__(self, inner: Embedder, shared: EmbeddingCache, memory: TTLCache | None) -> None:
+    def __init__(self, inner: Embedder, shared: EmbeddingCache, memory: TTLCache[str, list[float]] | None) -> None:
         self.model_id = inner.model_id
         self.dim = inner.dim
         self._inner = inner

@@ -15,6 +15,8 @@ import os
 import random
 from typing import Any
 
+import httpx
+from httpx_sse import EventSource
 from locust import HttpUser, LoadTestShape, between, events, task
 from locust.env import Environment
 
@@ -85,7 +87,7 @@ class RagClient(HttpUser):
         with self.client.post(
             "/v1/query", json=body, headers=self.headers, name="query:stream", catch_response=True, timeout=120
         ) as response:
-            events_seen = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+            events_seen = sse_event_names(response.text)
             if response.status_code != 200:
                 response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
             elif not events_seen or events_seen[-1] != "final":
@@ -94,6 +96,12 @@ class RagClient(HttpUser):
     @task(1)
     def health(self) -> None:
         self.client.get("/healthz", name="healthz")
+
+
+def sse_event_names(body: str) -> list[str]:
+    """The event names of a whole SSE body, parsed by httpx-sse (Locust's own client is requests-based)."""
+    response = httpx.Response(200, headers={"content-type": "text/event-stream"}, text=body)
+    return [event.event for event in EventSource(response).iter_sse()]
 
 
 class ProfileShape(LoadTestShape):

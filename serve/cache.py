@@ -128,7 +128,12 @@ class ResponseCache:
     """The levels together: L1, then L2, then L3; `store` fills all three in the background."""
 
     def __init__(
-        self, l1: TTLCache | None, shared: RedisResponseCache | None, semantic: bool, threshold: float, timeout_s: float
+        self,
+        l1: TTLCache[str, dict[str, Any]] | None,
+        shared: RedisResponseCache | None,
+        semantic: bool,
+        threshold: float,
+        timeout_s: float,
     ) -> None:
         self._l1 = l1
         self._shared = shared
@@ -189,7 +194,9 @@ def open_response_cache(cfg: Any, redis_url: str | None, password: str | None) -
     ccfg = cfg.serve.cache
     if not ccfg.enabled:
         return None
-    l1 = TTLCache(ccfg.l1_max_entries, ccfg.l1_ttl_s) if ccfg.l1_max_entries else None
+    l1: TTLCache[str, dict[str, Any]] | None = (
+        TTLCache(ccfg.l1_max_entries, ccfg.l1_ttl_s) if ccfg.l1_max_entries else None
+    )
     shared = None
     if redis_url:
         shared = RedisResponseCache(redis_url, password, ccfg.lookup_timeout_s, ccfg.ttl_s, ccfg.semantic_max_per_scope)

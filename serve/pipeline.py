@@ -18,11 +18,15 @@ from serve.cache import CacheScope, ResponseCache
 from serve.errors import UnavailableError
 from serve.extractive import extractive_answer
 from serve.types import (
+    CacheStatus,
+    Citation,
     Passage,
     QueryRequest,
+    QueryResponse,
+    RetrievalQuery,
     RetrievalResult,
     RewriteResult,
-    StageReport,
+    StageStatus,
     StageStatusName,
     Synthesis,
 )
@@ -85,11 +89,6 @@ async def emit_tokens(answer: str, emit: Emit | None) -> None:
             await emit("token", {"text": piece + " "})
 
 
-def cacheable(response: dict[str, Any]) -> bool:
-    """Only full answers are cached: a fallback caused by a passing fault must not outlive it."""
-    return all(s["status"] not in ("fallback", "error") for s in response["stages"].values())
-
-
 class QueryPipeline:
     def __init__(self, cfg: ServeConfig, stages: Stages, cache: ResponseCache | None = None) -> None:
         self._cfg = cfg
@@ -113,12 +112,13 @@ class QueryPipeline:
 
     async def run(
         self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
-    ) -> dict[str, Any]:
+    ) -> QueryResponse:
         if self._cache is None:
             return await self._run(request, tenant, filter_expr, request_id, emit)
         started = time.perf_counter()
         scope, vector = None, None
         cached: dict[str, Any] | None = None
+        status: CacheStatus
         try:
             scope = self.scope(request, tenant, filter_expr, await self.index_version())
             cached, status, vector = await self._cache.lookup(
@@ -128,37 +128,35 @@ class QueryPipeline:
             status = "bypass"
             logger.warning("cache scope unavailable", extra={"error": failure.reason})
         metrics.CACHE.labels(status=status).inc()
-        cache_report = StageReport(status, (time.perf_counter() - started) * 1000)
+        cache_report = StageStatus(status=status, ms=(time.perf_counter() - started) * 1000)
         if emit:
-            await emit("stage", {"stage": "cache", **cache_report.public()})
+            await emit("stage", {"stage": "cache", **cache_report.model_dump()})
         if cached is not None:
-            return await self._replay(cached, cache_report, request_id, emit)
+            return await self._replay(QueryResponse.model_validate(cached), cache_report, request_id, emit)
         response = await self._run(request, tenant, filter_expr, request_id, emit)
-        response["stages"] = {"cache": cache_report.public(), **response["stages"]}
-        if scope is not None and cacheable(response):
-            self._cache.store(scope, request.query, vector, response)
+        response.stages = {"cache": cache_report, **response.stages}
+        if scope is not None and response.cacheable():
+            self._cache.store(scope, request.query, vector, response.model_dump(mode="json"))
         return response
 
     @staticmethod
-    async def _replay(
-        cached: dict[str, Any], report: StageReport, request_id: str, emit: Emit | None
-    ) -> dict[str, Any]:
+    async def _replay(cached: QueryResponse, report: StageStatus, request_id: str, emit: Emit | None) -> QueryResponse:
         """A cached answer, marked as such; a streaming request still gets its tokens."""
-        stages = {name: {"status": "cached", "ms": 0.0} for name in cached["stages"] if name != "cache"}
-        response = {**cached, "stages": {"cache": report.public(), **stages}, "request_id": request_id}
-        await emit_tokens(response["answer"], emit)
+        stages = {name: StageStatus(status="cached") for name in cached.stages if name != "cache"}
+        response = cached.model_copy(update={"stages": {"cache": report, **stages}, "request_id": request_id})
+        await emit_tokens(response.answer, emit)
         return response
 
     async def _run(
         self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None
-    ) -> dict[str, Any]:
-        reports: dict[str, StageReport] = {}
+    ) -> QueryResponse:
+        reports: dict[str, StageStatus] = {}
 
         async def report(stage: str, status: StageStatusName, started: float, detail: str = "") -> None:
-            reports[stage] = StageReport(status, (time.perf_counter() - started) * 1000, detail)
+            reports[stage] = StageStatus(status=status, ms=(time.perf_counter() - started) * 1000, detail=detail)
             metrics.observe_stage(stage, status, reports[stage].ms / 1000)
             if emit:
-                await emit("stage", {"stage": stage, **reports[stage].public()})
+                await emit("stage", {"stage": stage, **reports[stage].model_dump()})
 
         cfg = self._cfg
         top_k = request.top_k or cfg.default_top_k
@@ -198,9 +196,9 @@ class QueryPipeline:
         detail = f"embedded {retrieved.embedded}" + (f"; {degraded}" if degraded else "")
         await report("retrieve", "fallback" if degraded else "ok", started, detail)
 
-        used = {"query": query, "hyde_passage": hyde_passage}
+        used = RetrievalQuery(query=query, hyde_passage=hyde_passage)
         if not passages:
-            return {**self._abstain(reports, retrieved.index_version, request_id, tenant), "retrieval_query": used}
+            return self._abstain(reports, retrieved.index_version, request_id, tenant, used)
 
         started = time.perf_counter()
         if want_rerank:
@@ -245,8 +243,19 @@ class QueryPipeline:
             if streamed and emit:
                 await emit("reset", {"reason": "generation failed; the extractive answer follows"})
             await emit_tokens(synthesis.answer, emit)
-        response = self._response(synthesis, passages, reports, retrieved.index_version, request_id, tenant)
-        return {**response, "retrieval_query": used}
+        public = [p.public(n) for n, p in enumerate(passages, start=1)]
+        return QueryResponse(
+            answer=synthesis.answer,
+            citations=[Citation.of(public[n - 1]) for n in synthesis.cited if 1 <= n <= len(public)],
+            passages=public,
+            abstained=False,
+            grounded=synthesis.grounded,
+            stages=reports,
+            index_version=retrieved.index_version,
+            request_id=request_id,
+            tenant=tenant,
+            retrieval_query=used,
+        )
 
     @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:
@@ -270,46 +279,20 @@ class QueryPipeline:
         return [p for p in passages if p.tenant_id == tenant] if foreign else passages
 
     def _abstain(
-        self, reports: dict[str, StageReport], index_version: int, request_id: str, tenant: str
-    ) -> dict[str, Any]:
+        self, reports: dict[str, StageStatus], index_version: int, request_id: str, tenant: str, used: RetrievalQuery
+    ) -> QueryResponse:
         metrics.ABSTENTIONS.inc()
-        reports["rerank"] = StageReport("skipped", 0.0, "nothing to rerank")
-        reports["synthesize"] = StageReport("skipped", 0.0, "abstained: no passage above the similarity floor")
-        return {
-            "answer": self._cfg.abstain_answer,
-            "citations": [],
-            "passages": [],
-            "abstained": True,
-            "grounded": False,
-            "stages": {k: v.public() for k, v in reports.items()},
-            "index_version": index_version,
-            "request_id": request_id,
-            "tenant": tenant,
-        }
-
-    @staticmethod
-    def _response(
-        synthesis: Synthesis,
-        passages: list[Passage],
-        reports: dict[str, StageReport],
-        index_version: int,
-        request_id: str,
-        tenant: str,
-    ) -> dict[str, Any]:
-        public = [p.public(n) for n, p in enumerate(passages, start=1)]
-        citations = [
-            {k: public[n - 1][k] for k in ("n", "chunk_id", "doc_id", "title", "source", "score")}
-            for n in synthesis.cited
-            if 1 <= n <= len(public)
-        ]
-        return {
-            "answer": synthesis.answer,
-            "citations": citations,
-            "passages": public,
-            "abstained": False,
-            "grounded": synthesis.grounded,
-            "stages": {k: v.public() for k, v in reports.items()},
-            "index_version": index_version,
-            "request_id": request_id,
-            "tenant": tenant,
-        }
+        reports["rerank"] = StageStatus(status="skipped", detail="nothing to rerank")
+        reports["synthesize"] = StageStatus(status="skipped", detail="abstained: no passage above the similarity floor")
+        return QueryResponse(
+            answer=self._cfg.abstain_answer,
+            citations=[],
+            passages=[],
+            abstained=True,
+            grounded=False,
+            stages=reports,
+            index_version=index_version,
+            request_id=request_id,
+            tenant=tenant,
+            retrieval_query=used,
+        )

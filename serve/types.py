@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-StageStatusName = Literal[
-    "ok", "fallback", "skipped", "cached", "error", "hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"
-]
+StageStatusName = Literal["ok", "fallback", "skipped", "cached", "error"]  # what a query stage did
+CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"]  # what the cache lookup found
 
 
 @dataclass
@@ -27,31 +26,18 @@ class Passage:
     dense_score: float | None = None
     rerank_score: float | None = None
 
-    def public(self, n: int) -> dict[str, Any]:
-        return {
-            "n": n,
-            "chunk_id": self.chunk_id,
-            "doc_id": self.doc_id,
-            "title": self.title,
-            "source": self.source,
-            "section": self.section,
-            "text": self.text,
-            "score": round(self.score, 6),
-            "dense_score": None if self.dense_score is None else round(self.dense_score, 6),
-        }
-
-
-@dataclass
-class StageReport:
-    status: StageStatusName
-    ms: float = 0.0
-    detail: str = ""
-
-    def public(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status, "ms": round(self.ms, 2)}
-        if self.detail:
-            out["detail"] = self.detail
-        return out
+    def public(self, n: int) -> PassageOut:
+        return PassageOut(
+            n=n,
+            chunk_id=self.chunk_id,
+            doc_id=self.doc_id,
+            title=self.title,
+            source=self.source,
+            section=self.section,
+            text=self.text,
+            score=round(self.score, 6),
+            dense_score=None if self.dense_score is None else round(self.dense_score, 6),
+        )
 
 
 @dataclass
@@ -103,9 +89,33 @@ class QueryRequest(BaseModel):
 
 
 class StageStatus(BaseModel):
-    status: StageStatusName
-    ms: float
-    detail: str | None = None
+    """What one stage did for this request, and how long it took; `cache` reports a cache status instead."""
+
+    status: StageStatusName | CacheStatus
+    ms: float = 0.0
+    detail: str | None = Field(default=None, description="why it fell back, what it used; null when plain")
+
+    @field_validator("ms")
+    @classmethod
+    def _rounded(cls, ms: float) -> float:
+        return round(ms, 2)
+
+    @field_validator("detail")
+    @classmethod
+    def _absent_when_empty(cls, detail: str | None) -> str | None:
+        return detail or None
+
+
+class PassageOut(BaseModel):
+    n: int = Field(description="the number the answer cites as [n]")
+    chunk_id: str
+    doc_id: str
+    title: str
+    source: str
+    section: str
+    text: str
+    score: float = Field(description="fusion (or rerank) score: an order, not a probability")
+    dense_score: float | None = Field(description="cosine of the question and the chunk")
 
 
 class Citation(BaseModel):
@@ -116,6 +126,10 @@ class Citation(BaseModel):
     source: str
     score: float
 
+    @classmethod
+    def of(cls, passage: PassageOut) -> Citation:
+        return cls.model_validate(passage.model_dump(include=set(cls.model_fields)))
+
 
 class RetrievalQuery(BaseModel):
     query: str = Field(description="what was searched: the question, or its rewrite")
@@ -123,13 +137,19 @@ class RetrievalQuery(BaseModel):
 
 
 class QueryResponse(BaseModel):
+    """What `/v1/query` returns (and the `final` event of a stream carries); the response cache stores it as JSON."""
+
     answer: str
     citations: list[Citation]
-    passages: list[dict[str, Any]]
+    passages: list[PassageOut]
     abstained: bool
-    grounded: bool
-    stages: dict[str, StageStatus]
+    grounded: bool = Field(description="the answer cites at least one passage that was sent")
+    stages: dict[str, StageStatus] = Field(description="cache, rewrite, retrieve, rerank, synthesize, in order")
     index_version: int
     request_id: str
     tenant: str
     retrieval_query: RetrievalQuery
+
+    def cacheable(self) -> bool:
+        """Only full answers are cached: a fallback caused by a passing fault must not outlive it."""
+        return all(s.status not in ("fallback", "error") for s in self.stages.values())

@@ -10,9 +10,10 @@ from typing import Any
 
 from cachetools import TTLCache
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.sse import EventSourceResponse, format_sse_event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from cluster.config import RagcConfig
 from cluster.redis_conn import redis_url
@@ -28,35 +29,46 @@ logger = logging.getLogger(__name__)
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READY_RECHECK_S = 2.0
 
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="what was wrong, for a person")
+    request_id: str
+
+
+# The body is parsed by `Ingress.parse` (size and content type are refused before it is read), so FastAPI
+# does not know the request model: only its schema is declared here. The response is FastAPI's own.
 QUERY_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {
-            "application/json": {"schema": QueryRequest.model_json_schema(ref_template="#/components/schemas/{model}")}
-        },
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueryRequest"}}},
     },
-    "responses": {
-        "200": {
-            "description": "answer (JSON, or SSE with stream=true)",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueryResponse"}}},
-        },
-        "400": {"description": "bad request"},
-        "401": {"description": "missing or unknown API key"},
-        "413": {"description": "body too large"},
-        "415": {"description": "not JSON"},
-        "503": {"description": "not ready, overloaded or retrieval unavailable"},
-        "504": {"description": "request deadline passed"},
+}
+QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the answer as JSON; with stream=true (or Accept: text/event-stream) SSE events "
+        "`stage`, `token`, `reset`, then `final` carrying this object, or `error`"
+    },
+    **{
+        status: {"model": ErrorBody, "description": description}
+        for status, description in (
+            (400, "bad request"),
+            (401, "missing or unknown API key"),
+            (413, "body too large"),
+            (415, "not JSON"),
+            (503, "not ready, overloaded or retrieval unavailable"),
+            (504, "request deadline passed"),
+        )
     },
 }
 
 
 def error_response(status: int, message: str, request_id: str) -> JSONResponse:
     metrics.REQUESTS.labels(code=str(status)).inc()
-    return JSONResponse({"error": message, "request_id": request_id}, status_code=status)
+    return JSONResponse(ErrorBody(error=message, request_id=request_id).model_dump(), status_code=status)
 
 
-def sse(event: str, data: dict[str, Any]) -> str:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return format_sse_event(data_str=json.dumps(data), event=event)
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -161,9 +173,8 @@ class Ingress:
                 raise NotReadyError(f"service not ready: {reason}")
             wants_stream = parsed.stream or "text/event-stream" in request.headers.get("accept", "")
             if wants_stream:
-                return StreamingResponse(
+                return EventSourceResponse(
                     self._stream(parsed, tenant, filter_expr, request_id),
-                    media_type="text/event-stream",
                     headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"},
                 )
             result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
@@ -172,18 +183,20 @@ class Ingress:
         except QueryError as exc:
             return error_response(exc.status_code, exc.message, request_id)
         metrics.REQUESTS.labels(code="200").inc()
-        return JSONResponse(result, headers={"X-Request-ID": request_id})
+        return JSONResponse(result.model_dump(mode="json"), headers={"X-Request-ID": request_id})
 
     async def _run_with_deadline(
         self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Any = None
-    ) -> dict[str, Any]:
+    ) -> QueryResponse:
         deadline = self._scfg.request_timeout_s
         try:
             return await asyncio.wait_for(self._pipeline.run(parsed, tenant, filter_expr, request_id, emit), deadline)
         except TimeoutError as exc:
             raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
 
-    async def _stream(self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str) -> AsyncIterator[str]:
+    async def _stream(
+        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str
+    ) -> AsyncIterator[bytes]:
         queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
 
         async def emit(event: str, data: dict[str, Any]) -> None:
@@ -193,7 +206,7 @@ class Ingress:
             try:
                 result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id, emit)
                 metrics.REQUESTS.labels(code="200").inc()
-                await queue.put(("final", result))
+                await queue.put(("final", result.model_dump(mode="json")))
             except QueryError as exc:
                 metrics.REQUESTS.labels(code=str(exc.status_code)).inc()
                 await queue.put(("error", {"status": exc.status_code, "error": exc.message, "request_id": request_id}))
@@ -227,7 +240,7 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
     )
 
     class IngressRoutes(Ingress):
-        @api.post("/v1/query", openapi_extra=QUERY_OPENAPI, response_model=None)
+        @api.post("/v1/query", openapi_extra=QUERY_OPENAPI, response_model=QueryResponse, responses=QUERY_RESPONSES)
         async def query(self, request: Request) -> Response:
             return await self.handle_query(request)
 
@@ -250,10 +263,9 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
 
         schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (QueryRequest, QueryResponse):
-            full = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            components.update(full.pop("$defs", {}))
-            components[model.__name__] = full
+        request = QueryRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(request.pop("$defs", {}))
+        components["QueryRequest"] = request
         api.openapi_schema = schema
         return schema
 

@@ -102,7 +102,9 @@ class HybridRetriever:
     def warm_up(self) -> None:
         if self._embedder is None:
             ccfg = self._cfg.serve.cache
-            memory = TTLCache(ccfg.l1_max_entries, ccfg.l1_ttl_s) if ccfg.enabled and ccfg.l1_max_entries else None
+            memory: TTLCache[str, list[float]] | None = (
+                TTLCache(ccfg.l1_max_entries, ccfg.l1_ttl_s) if ccfg.enabled and ccfg.l1_max_entries else None
+            )
             shared = open_embedding_cache(self._cfg) if ccfg.enabled else NoEmbeddingCache()
             self._embedder = CachedEmbedder(SentenceTransformerEmbedder(self._cfg.embedding), shared, memory)
         self.check_ready()

@@ -29,7 +29,9 @@ class RewriteStage(FaultHooks):
         self._cfg = cfg.serve.rewrite
         self._llm = as_generator(llm)
         self.inject_delay(cfg.serve.faults.delay_s.get("rewrite", 0.0))
-        self._cache = TTLCache(self._cfg.cache_entries, self._cfg.cache_ttl_s) if self._cfg.cache_entries else None
+        self._cache: TTLCache[str, RewriteResult] | None = (
+            TTLCache(self._cfg.cache_entries, self._cfg.cache_ttl_s) if self._cfg.cache_entries else None
+        )
 
     async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
         await self._injected_delay()

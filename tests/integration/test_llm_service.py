@@ -19,6 +19,7 @@ from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
 from tests.integration.conftest import free_port, make_config
+from tests.sse import post_stream
 
 pytestmark = pytest.mark.integration
 if importlib.util.find_spec("vllm") is None:  # a missing engine is a failure of the set-up, never a skip
@@ -89,16 +90,9 @@ def test_readyz_reports_the_engine(service: dict[str, Any]) -> None:
 
 def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: dict[str, Any]) -> None:
     body = {"query": "How are tenants kept apart?", "stream": True, "rerank": False, "rewrite": False}
-    arrivals: list[tuple[float, str, dict[str, Any]]] = []
-    started = time.perf_counter()
-    with httpx.stream("POST", f"{service['base']}/v1/query", json=body, headers=KEY, timeout=120) as response:
-        assert response.status_code == 200
-        event = ""
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                arrivals.append((time.perf_counter() - started, event, json.loads(line[6:])))
+    stream = post_stream(f"{service['base']}/v1/query", body, KEY, 120)
+    assert stream.status == 200
+    arrivals = [(t, e, d) for t, (e, d) in zip(stream.arrivals_s, stream.events, strict=True)]
     tokens = [(t, d["text"]) for t, e, d in arrivals if e == "token"]
     final_at, final = next((t, d) for t, e, d in arrivals if e == "final")
     assert final["stages"]["synthesize"]["status"] == "ok", final["stages"]

@@ -22,6 +22,7 @@ from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
 from tests.integration.conftest import free_port, make_config
+from tests.sse import post_stream
 
 pytestmark = pytest.mark.integration
 
@@ -225,23 +226,15 @@ def test_bad_input_is_4xx_with_a_message(service: dict[str, Any]) -> None:
 
 
 def test_streaming_sends_stages_tokens_and_the_final_object(service: dict[str, Any]) -> None:
-    events: list[tuple[str, dict[str, Any]]] = []
-    with httpx.stream(
-        "POST",
+    stream = post_stream(
         f"{service['base']}/v1/query",
-        json={"query": "What happens when a document is edited?"},
-        headers={**ALPHA, "Accept": "text/event-stream"},
-        timeout=60,
-    ) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        event = ""
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                events.append((event, json.loads(line[6:])))
-    kinds = [e for e, _ in events]
+        {"query": "What happens when a document is edited?"},
+        {**ALPHA, "Accept": "text/event-stream"},
+        60,
+    )
+    assert stream.status == 200 and stream.content_type.startswith("text/event-stream")
+    events = stream.events
+    kinds = stream.kinds()
     assert kinds[-1] == "final" and "token" in kinds
     assert {d["stage"] for e, d in events if e == "stage"} == {"cache", "rewrite", "retrieve", "rerank", "synthesize"}
     final = events[-1][1]
@@ -343,13 +336,10 @@ def test_repeats_and_paraphrases_hit_the_shared_cache(service: dict[str, Any]) -
 def test_cached_answers_stream_too(service: dict[str, Any]) -> None:
     question = "How does the ingestion job embed chunks?"
     ask(service, {"query": question})
-    with httpx.stream(
-        "POST", f"{service['base']}/v1/query", json={"query": question, "stream": True}, headers=ALPHA, timeout=60
-    ) as response:
-        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
-    final = json.loads(lines[-1][6:])
-    assert final["stages"]["cache"]["status"] == "hit_l2"
-    assert sum('"text"' in line for line in lines) >= 3, "tokens are streamed from the cached answer"
+    stream = post_stream(f"{service['base']}/v1/query", {"query": question, "stream": True}, ALPHA, 60)
+    assert stream.kinds()[-1] == "final"
+    assert stream.events[-1][1]["stages"]["cache"]["status"] == "hit_l2"
+    assert len(stream.data("token")) >= 3, "tokens are streamed from the cached answer"
 
 
 def test_cache_entries_expire(service: dict[str, Any]) -> None:

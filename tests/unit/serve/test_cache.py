@@ -23,7 +23,7 @@ def pipeline(stages: FakeStages) -> QueryPipeline:
 
 
 def ask(p: QueryPipeline, query: str, tenant: str = "t1", expr: str = "", **kw: object) -> dict:
-    return asyncio.run(p.run(QueryRequest(query=query, **kw), tenant, expr, "r"))
+    return asyncio.run(p.run(QueryRequest(query=query, **kw), tenant, expr, "r")).model_dump(mode="json")
 
 
 def test_ttl_cache_expires_and_bounds() -> None:

@@ -136,7 +136,8 @@ def pipeline_run(stages: FakeStages, stream_events: list) -> dict:
     async def emit(event: str, data: dict) -> None:
         stream_events.append((event, data))
 
-    return asyncio.run(QueryPipeline(cfg.serve, stages).run(QueryRequest(query="tenants"), "t1", "", "r", emit))
+    run = QueryPipeline(cfg.serve, stages).run(QueryRequest(query="tenants"), "t1", "", "r", emit)
+    return asyncio.run(run).model_dump(mode="json")
 
 
 def test_generated_tokens_are_streamed_as_they_come() -> None:

@@ -28,7 +28,7 @@ def config(**serve: object) -> RagcConfig:
 
 def run(stages: FakeStages, request: QueryRequest, cfg: RagcConfig | None = None) -> dict:
     pipeline = QueryPipeline((cfg or config()).serve, stages)
-    return asyncio.run(pipeline.run(request, "t1", "", "req-1"))
+    return asyncio.run(pipeline.run(request, "t1", "", "req-1")).model_dump(mode="json")
 
 
 def test_happy_path_reports_every_stage() -> None:
