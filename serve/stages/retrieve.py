@@ -54,7 +54,8 @@ def query_vector(
     return (mean / norm).tolist()
 
 
-def _passage(entity: dict[str, Any]) -> Passage:
+def _passage(entity: dict[str, Any], cosine: float | None) -> Passage:
+    """A hit as the typed passage every later stage reads; `dense_score` is its cosine to the query."""
     f = ChunkFields
     return Passage(
         chunk_id=str(entity[f.ID]),
@@ -66,12 +67,13 @@ def _passage(entity: dict[str, Any]) -> Passage:
         section=str(entity.get(f.SECTION, "")),
         doc_type=str(entity.get(f.DOC_TYPE, "")),
         year=int(entity.get(f.YEAR, 0) or 0),
+        dense_score=cosine,
     )
 
 
 @dataclass(frozen=True)
 class ArmHits:
-    results: dict[str, list[dict[str, Any]]]  # arm -> hits, each with its dense cosine
+    results: dict[str, list[Passage]]  # arm -> hits in its order, `dense_score` = cosine (None: not known)
     arms: dict[str, str]  # arm -> "ok" | failure reason
     have_vector: bool
     embedded: str
@@ -154,11 +156,11 @@ class HybridRetriever:
         assert self._embedder is not None
         return self._embedder
 
-    def _search_dense(self, vector: list[float], expr: str) -> list[dict[str, Any]]:
+    def _search_dense(self, vector: list[float], expr: str) -> list[Passage]:
         if "dense" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: dense arm fails")
         hits = self._dense_hits([vector], expr, self._rcfg.dense_candidates, list(ChunkFields.OUTPUT))[0]
-        return [{**h["entity"], "_cosine": float(h["distance"])} for h in hits]
+        return [_passage(h["entity"], float(h["distance"])) for h in hits]
 
     def _dense_hits(self, vectors: list[list[float]], expr: str, limit: int, fields: list[str]) -> Any:
         return self._client.search(
@@ -187,7 +189,7 @@ class HybridRetriever:
                 best.append(float(hits[0]["distance"]) if hits else None)
         return best
 
-    def _search_bm25(self, text: str, expr: str, vector: list[float] | None) -> list[dict[str, Any]]:
+    def _search_bm25(self, text: str, expr: str, vector: list[float] | None) -> list[Passage]:
         if "bm25" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: bm25 arm fails")
         hits = self._client.search(
@@ -205,7 +207,7 @@ class HybridRetriever:
             entity = dict(h["entity"])
             stored = entity.pop(ChunkFields.DENSE, None)
             cosine = float(np.dot(np.asarray(stored, np.float32), vector)) if vector and stored is not None else None
-            out.append({**entity, "_cosine": cosine})
+            out.append(_passage(entity, cosine))
         return out
 
     def retrieve(
@@ -234,7 +236,7 @@ class HybridRetriever:
         if vector is not None:  # dense first: the fused entities keep the dense arm's exact cosine
             jobs["dense"] = self._pool.submit(self._search_dense, vector, expr)
         jobs["bm25"] = self._pool.submit(self._search_bm25, query, expr, vector)
-        results: dict[str, list[dict[str, Any]]] = {}
+        results: dict[str, list[Passage]] = {}
         for arm, job in jobs.items():
             try:
                 results[arm] = job.result()
@@ -253,32 +255,27 @@ class HybridRetriever:
         result.embedded = hits.embedded
         return result
 
-    def _fuse(
-        self, results: dict[str, list[dict[str, Any]]], arms: dict[str, str], have_vector: bool
-    ) -> RetrievalResult:
-        entities: dict[str, dict[str, Any]] = {}
+    def _fuse(self, results: dict[str, list[Passage]], arms: dict[str, str], have_vector: bool) -> RetrievalResult:
+        cosines: dict[str, float | None] = {}  # the first known cosine of each chunk (the dense arm's is exact)
+        first_seen: dict[str, Passage] = {}
         for hits in results.values():
-            for entity in hits:
-                known = entities.setdefault(entity[ChunkFields.ID], entity)
-                if known.get("_cosine") is None:
-                    known["_cosine"] = entity.get("_cosine")
-        fused = rrf_fuse([[e[ChunkFields.ID] for e in hits] for hits in results.values()], self._rcfg.rrf_k)
+            for hit in hits:
+                first_seen.setdefault(hit.chunk_id, hit)
+                if cosines.get(hit.chunk_id) is None:
+                    cosines[hit.chunk_id] = hit.dense_score
+        fused = rrf_fuse([[p.chunk_id for p in hits] for hits in results.values()], self._rcfg.rrf_k)
         passages: list[Passage] = []
         dropped = 0
         floor = self._rcfg.similarity_floor
-        cosines = [c for e in entities.values() if (c := e.get("_cosine")) is not None]
-        if have_vector and self._rcfg.floor_scope == "query" and max(cosines, default=-1.0) < floor:
+        known = [c for c in cosines.values() if c is not None]
+        if have_vector and self._rcfg.floor_scope == "query" and max(known, default=-1.0) < floor:
             return RetrievalResult([], self.index_version(), arms, len(fused))
         for chunk_id, score in sorted(fused.items(), key=lambda kv: -kv[1]):
-            entity = entities[chunk_id]
-            cosine = entity.get("_cosine")
-            below = cosine is None or cosine < floor
-            if have_vector and self._rcfg.floor_scope == "candidate" and below:
+            cosine = cosines[chunk_id]
+            if have_vector and self._rcfg.floor_scope == "candidate" and (cosine is None or cosine < floor):
                 dropped += 1
                 continue
-            passage = _passage(entity)
-            passage.score, passage.dense_score = score, cosine
-            passages.append(passage)
+            passages.append(replace(first_seen[chunk_id], score=score, dense_score=cosine))
         return RetrievalResult(passages[: self._rcfg.pool_size], self.index_version(), arms, dropped)
 
 

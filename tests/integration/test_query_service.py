@@ -157,8 +157,8 @@ def test_each_milvus_arm_filters_by_tenant_before_any_post_check(service: dict[s
             assert searched.arms[arm] == "ok", searched.arms
             hits = searched.results[arm]
             assert hits, f"{arm} found nothing for {tenant}: the check below would be vacuous"
-            assert {h["tenant_id"] for h in hits} == {tenant}, (arm, [h["doc_id"] for h in hits])
-            assert {h["tenant_id"] for h in leaked.results[arm]} == {other}
+            assert {h.tenant_id for h in hits} == {tenant}, (arm, [h.doc_id for h in hits])
+            assert {h.tenant_id for h in leaked.results[arm]} == {other}
 
 
 def test_batched_nearest_chunk_cosines_match_the_retrievers_dense_arm(service: dict[str, Any]) -> None:
@@ -170,7 +170,7 @@ def test_batched_nearest_chunk_cosines_match_the_retrievers_dense_arm(service: d
     best = retriever.best_cosines("alpha", questions, batch=2)
     for question, cosine in zip(questions, best, strict=True):
         dense = retriever.search_arms("alpha", question).results["dense"]
-        assert cosine == pytest.approx(max(h["_cosine"] for h in dense), abs=1e-5)
+        assert cosine == pytest.approx(max(h.dense_score or -1.0 for h in dense), abs=1e-5)
     (own,) = retriever.best_cosines("beta", [BETA_SECRET])
     assert own is not None and own > 0.95 > (best[2] or 0.0)  # the tenant filter is in the batched search too
     assert retriever.best_cosines("nobody", ["anything"]) == [None]

@@ -123,7 +123,7 @@ def fused(scope: str, cosines: dict[str, float]) -> list[str]:
 
     cfg = RagcConfig.model_validate({"serve": {"retrieve": {"similarity_floor": 0.5, "floor_scope": scope}}})
     retriever = HybridRetriever(cfg, embedder=object())  # type: ignore[arg-type]
-    hits = [{"id": cid, "doc_id": cid, "tenant_id": "t", "text": cid, "_cosine": c} for cid, c in cosines.items()]
+    hits = [Passage(cid, cid, "t", cid, dense_score=c) for cid, c in cosines.items()]
     result = retriever._fuse({"dense": hits}, {"dense": "ok"}, have_vector=True)
     return [p.chunk_id for p in result.passages]
 
