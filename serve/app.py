@@ -12,6 +12,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from cluster.config import DeploymentConfig, RagcConfig, load_config
 from serve.edge.ingress import make_ingress_app
 from serve.llm.engine import LLMEngine, engine_deployment_name
+from serve.roles import Stages
 from serve.stages.rerank import RerankStage
 from serve.stages.retrieve import RetrieveStage
 from serve.stages.rewrite import RewriteStage
@@ -45,45 +46,53 @@ def deployment_options(name: str, d: DeploymentConfig) -> dict[str, Any]:
     }
 
 
-class HandleStages:
-    """`Stages` over deployment handles (the ingress's view of the other deployments)."""
-
-    def __init__(
-        self,
-        rewrite: DeploymentHandle,
-        retrieve: DeploymentHandle,
-        rerank: DeploymentHandle,
-        synthesize: DeploymentHandle,
-    ) -> None:
-        self._rewrite, self._retrieve, self._rerank = rewrite, retrieve, rerank
-        self._synthesize = synthesize
-        self._synthesize_stream = synthesize.options(stream=True)
+class HandleRewriter:
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self._handle = handle
 
     async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
-        return await self._rewrite.rewrite.remote(query, history, rewrite, hyde)
+        return await self._handle.rewrite.remote(query, history, rewrite, hyde)
+
+
+class HandleRetriever:
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self._handle = handle
 
     async def retrieve(self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None) -> RetrievalResult:
-        return await self._retrieve.retrieve.remote(tenant, query, filter_expr, hyde_passage)
+        return await self._handle.retrieve.remote(tenant, query, filter_expr, hyde_passage)
+
+    async def embed(self, text: str) -> list[float]:
+        return await self._handle.embed.remote(text)
+
+    async def index_version(self) -> int:
+        return await self._handle.index_version.remote()
+
+    async def readiness(self) -> tuple[bool, str | None]:
+        return await self._handle.readiness.remote()
+
+
+class HandleReranker:
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self._handle = handle
 
     async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
-        return await self._rerank.rerank.remote(query, passages, top_n)
+        return await self._handle.rerank.remote(query, passages, top_n)
+
+
+class HandleSynthesizer:
+    """Streams through a streaming handle, so tokens flow engine -> synthesize -> ingress as they are made."""
+
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self._handle = handle
+        self._stream = handle.options(stream=True)
 
     async def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[str | Synthesis]:
-        responses = self._synthesize_stream.synthesize_stream.remote(query, passages)
+        responses = self._stream.synthesize_stream.remote(query, passages)
         async for item in cast(DeploymentResponseGenerator, responses):
             yield item
 
-    async def readiness(self) -> tuple[bool, str | None]:
-        return await self._retrieve.readiness.remote()
-
     async def llm_state(self) -> str:
-        return await self._synthesize.llm_state.remote()
-
-    async def embed(self, text: str) -> list[float]:
-        return await self._retrieve.embed.remote(text)
-
-    async def index_version(self) -> int:
-        return await self._retrieve.index_version.remote()
+        return await self._handle.llm_state.remote()
 
 
 def build_app(cfg: RagcConfig) -> serve.Application:
@@ -112,8 +121,9 @@ def build_app(cfg: RagcConfig) -> serve.Application:
             rerank: DeploymentHandle,
             synthesize: DeploymentHandle,
         ) -> None:
-            stages = HandleStages(rewrite, retrieve, rerank, synthesize)
-            super().__init__(config, stages, stages.readiness, stages.llm_state)
+            retriever, synthesizer = HandleRetriever(retrieve), HandleSynthesizer(synthesize)
+            stages = Stages(HandleRewriter(rewrite), retriever, HandleReranker(rerank), synthesizer)
+            super().__init__(config, stages, retriever.readiness, synthesizer.llm_state)
 
         def check_health(self) -> None:
             return None

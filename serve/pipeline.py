@@ -7,8 +7,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from cachetools import TTLCache
 
@@ -17,6 +17,7 @@ from serve import metrics
 from serve.cache import CacheScope, ResponseCache
 from serve.errors import UnavailableError
 from serve.extractive import extractive_answer
+from serve.roles import Stages
 from serve.types import (
     CacheStatus,
     Citation,
@@ -24,8 +25,6 @@ from serve.types import (
     QueryRequest,
     QueryResponse,
     RetrievalQuery,
-    RetrievalResult,
-    RewriteResult,
     StageStatus,
     StageStatusName,
     Synthesis,
@@ -34,24 +33,6 @@ from serve.types import (
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
-
-
-class Stages(Protocol):
-    async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult: ...
-
-    async def retrieve(
-        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None
-    ) -> RetrievalResult: ...
-
-    async def rerank(
-        self, query: str, passages: list[Passage], top_n: int
-    ) -> tuple[list[Passage], StageStatusName]: ...
-
-    def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[str | Synthesis]: ...
-
-    async def embed(self, text: str) -> list[float]: ...
-
-    async def index_version(self) -> int: ...
 
 
 class StageFailure(Exception):
@@ -100,7 +81,7 @@ class QueryPipeline:
         """Cached here for `index_version_ttl_s`, so a cache hit costs no call to another deployment."""
         version = self._version.get("v")
         if version is None:
-            version = await call_stage("cache", self._stages.index_version, self._cfg.cache.lookup_timeout_s)
+            version = await call_stage("cache", self._stages.retriever.index_version, self._cfg.cache.lookup_timeout_s)
             self._version["v"] = version
         return version
 
@@ -122,7 +103,7 @@ class QueryPipeline:
         try:
             scope = self.scope(request, tenant, filter_expr, await self.index_version())
             cached, status, vector = await self._cache.lookup(
-                scope, request.query, lambda: self._stages.embed(request.query)
+                scope, request.query, lambda: self._stages.retriever.embed(request.query)
             )
         except StageFailure as failure:
             status = "bypass"
@@ -171,7 +152,7 @@ class QueryPipeline:
             try:
                 rewritten = await call_stage(
                     "rewrite",
-                    lambda: self._stages.rewrite(request.query, history, want_rewrite, want_hyde),
+                    lambda: self._stages.rewriter.rewrite(request.query, history, want_rewrite, want_hyde),
                     cfg.rewrite.timeout_s,
                 )
                 query, hyde_passage = rewritten.query or request.query, rewritten.hyde_passage
@@ -185,7 +166,7 @@ class QueryPipeline:
         try:
             retrieved = await call_stage(
                 "retrieve",
-                lambda: self._stages.retrieve(tenant, query, filter_expr, hyde_passage),
+                lambda: self._stages.retriever.retrieve(tenant, query, filter_expr, hyde_passage),
                 cfg.retrieve.timeout_s,
             )
         except StageFailure as failure:
@@ -204,7 +185,7 @@ class QueryPipeline:
         if want_rerank:
             try:
                 ranked, status = await call_stage(
-                    "rerank", lambda: self._stages.rerank(query, passages, top_k), cfg.rerank.timeout_s
+                    "rerank", lambda: self._stages.reranker.rerank(query, passages, top_k), cfg.rerank.timeout_s
                 )
                 passages = ranked
                 await report("rerank", status, started)
@@ -221,7 +202,7 @@ class QueryPipeline:
         async def generate() -> Synthesis:
             nonlocal streamed
             final = None
-            async for item in self._stages.synthesize_stream(request.query, passages):
+            async for item in self._stages.synthesizer.synthesize_stream(request.query, passages):
                 if isinstance(item, Synthesis):
                     final = item
                 elif item:

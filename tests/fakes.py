@@ -6,6 +6,7 @@ import hashlib
 import math
 
 from cluster.embedding_cache import EmbeddingCache
+from serve.roles import Stages
 
 
 class HashEmbedder:
@@ -49,7 +50,8 @@ class DictStoredVectors:
 
 
 class FakeStages:
-    """Satisfies serve.pipeline.Stages; each stage can be slowed (`delay_s`) or made to fail (`fail`)."""
+    """Plays every role of serve.roles (Rewriter, Retriever, Reranker, Synthesizer); each stage can be
+    slowed (`delay_s`) or made to fail (`fail`)."""
 
     def __init__(
         self,
@@ -139,3 +141,8 @@ class ScriptedGenerator:
         text = self._next(messages, params)
         for word in text.split(" "):
             yield word + " "
+
+
+def fake_stages(fake: FakeStages) -> Stages:
+    """One fake playing every role (it records the calls across them)."""
+    return Stages(fake, fake, fake, fake)

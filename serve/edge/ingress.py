@@ -22,7 +22,8 @@ from serve.cache import open_response_cache
 from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
-from serve.pipeline import QueryPipeline, Stages
+from serve.pipeline import QueryPipeline
+from serve.roles import Stages
 from serve.types import QueryRequest, QueryResponse
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from cluster.config import RagcConfig
 from serve.cache import CacheScope, ResponseCache, normalise
 from serve.pipeline import QueryPipeline
 from serve.types import Passage, QueryRequest
-from tests.fakes import FakeStages
+from tests.fakes import FakeStages, fake_stages
 
 
 def passages() -> list[Passage]:
@@ -18,7 +18,7 @@ def pipeline(stages: FakeStages) -> QueryPipeline:
     serve = {"synthesize": {"timeout_s": 0.2}, "retrieve": {"index_version_ttl_s": 0}}
     cfg = RagcConfig.model_validate({"serve": serve}).serve
     return QueryPipeline(
-        cfg, stages, ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2)
+        cfg, fake_stages(stages), ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2)
     )
 
 
@@ -108,7 +108,9 @@ def test_semantic_guard_refuses_flipped_claims() -> None:
 def test_index_version_is_read_once_per_ttl() -> None:
     stages = FakeStages(passages())
     cfg = RagcConfig.model_validate({"serve": {"retrieve": {"index_version_ttl_s": 60}}}).serve
-    p = QueryPipeline(cfg, stages, ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2))
+    p = QueryPipeline(
+        cfg, fake_stages(stages), ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2)
+    )
     ask(p, "q")
     ask(p, "q")
     assert stages.calls.count("index_version") == 1

@@ -11,7 +11,7 @@ from serve.stages.retrieve import embedded_texts
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import EmptyAnswerError, SynthesizeStage
 from serve.types import Passage, QueryRequest, Synthesis
-from tests.fakes import FakeStages, ScriptedGenerator
+from tests.fakes import FakeStages, ScriptedGenerator, fake_stages
 
 HISTORY = [
     {"role": "user", "content": "What does the Milvus sidecar store?"},
@@ -136,7 +136,7 @@ def pipeline_run(stages: FakeStages, stream_events: list) -> dict:
     async def emit(event: str, data: dict) -> None:
         stream_events.append((event, data))
 
-    run = QueryPipeline(cfg.serve, stages).run(QueryRequest(query="tenants"), "t1", "", "r", emit)
+    run = QueryPipeline(cfg.serve, fake_stages(stages)).run(QueryRequest(query="tenants"), "t1", "", "r", emit)
     return asyncio.run(run).model_dump(mode="json")
 
 

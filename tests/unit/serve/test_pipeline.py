@@ -6,7 +6,7 @@ from cluster.config import RagcConfig
 from serve.errors import DeadlineError, UnavailableError
 from serve.pipeline import QueryPipeline
 from serve.types import Passage, QueryRequest
-from tests.fakes import FakeStages
+from tests.fakes import FakeStages, fake_stages
 
 
 def passages(tenant: str = "t1", n: int = 4) -> list[Passage]:
@@ -27,7 +27,7 @@ def config(**serve: object) -> RagcConfig:
 
 
 def run(stages: FakeStages, request: QueryRequest, cfg: RagcConfig | None = None) -> dict:
-    pipeline = QueryPipeline((cfg or config()).serve, stages)
+    pipeline = QueryPipeline((cfg or config()).serve, fake_stages(stages))
     return asyncio.run(pipeline.run(request, "t1", "", "req-1")).model_dump(mode="json")
 
 
@@ -94,7 +94,9 @@ def test_request_deadline_is_a_504() -> None:
     async def ready() -> tuple[bool, None]:
         return True, None
 
-    ingress = Ingress(cfg.model_dump(mode="json"), FakeStages(passages(), delay_s={"retrieve": 2.0}), ready)
+    ingress = Ingress(
+        cfg.model_dump(mode="json"), fake_stages(FakeStages(passages(), delay_s={"retrieve": 2.0})), ready
+    )
     with pytest.raises(DeadlineError, match="deadline"):
         asyncio.run(ingress._run_with_deadline(QueryRequest(query="q"), "t1", "", "r"))
 

@@ -1,0 +1,50 @@
+"""One small contract per query role. The pipeline sees the stages only through these: deployment handles in
+Serve (`serve/app.py`), fakes in unit tests, the plain stage classes anywhere else."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from serve.types import Passage, RetrievalResult, RewriteResult, StageStatusName, Synthesis
+
+
+class Rewriter(Protocol):
+    async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
+        """A self-contained query from the conversation and/or a hypothetical passage; or why not."""
+        ...
+
+
+class Retriever(Protocol):
+    async def retrieve(
+        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None
+    ) -> RetrievalResult: ...
+
+    async def embed(self, text: str) -> list[float]:
+        """The question's vector (the semantic cache's key)."""
+        ...
+
+    async def index_version(self) -> int:
+        """Bumped by every ingest that changed content: part of every cache key."""
+        ...
+
+
+class Reranker(Protocol):
+    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
+        """The top_n passages in the reranked order, and whether the cross-encoder ran."""
+        ...
+
+
+class Synthesizer(Protocol):
+    def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[str | Synthesis]:
+        """Text deltas as they are generated, then the checked `Synthesis`."""
+        ...
+
+
+@dataclass(frozen=True)
+class Stages:
+    rewriter: Rewriter
+    retriever: Retriever
+    reranker: Reranker
+    synthesizer: Synthesizer
