@@ -263,6 +263,12 @@ class RetrieveConfig(Section):
         "rebuilt on the next request, so a restarted Milvus is found again instead of waiting on gRPC backoff",
     )
     index_version_ttl_s: float = Field(default=2.0, ge=0)
+    unhealthy_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a replica cut off from Milvus this long fails its health check and is replaced; shorter "
+        "outages are ridden out by reconnecting",
+    )
 
 
 class RerankConfig(Section):

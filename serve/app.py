@@ -125,9 +125,6 @@ def build_app(cfg: RagcConfig) -> serve.Application:
             stages = Stages(HandleRewriter(rewrite), retriever, HandleReranker(rerank), synthesizer)
             super().__init__(config, stages, retriever.readiness, synthesizer.llm_state)
 
-        def check_health(self) -> None:
-            return None
-
     ingress = serve.deployment(**deployment_options("ingress", cfg.serve.deployment("ingress")))(
         serve.ingress(api)(IngressDeployment)
     )

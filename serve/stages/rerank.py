@@ -134,4 +134,6 @@ class RerankStage(FaultHooks):
         return rerank_order(head, scores, top_n, self._cfg), "ok"
 
     def check_health(self) -> None:
-        return None
+        """Serve's health check: a replica that should score but has no model is replaced."""
+        if self._cfg.model and self._scorer is None:
+            raise RuntimeError(f"cross-encoder {self._cfg.model!r} is not loaded")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -100,6 +101,7 @@ class HybridRetriever:
         self._version: TTLCache[str, int] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
         self._last_version = 0
         self.not_ready_reason: str | None = "not warmed up"
+        self._unreachable_since: float | None = None
 
     def warm_up(self) -> None:
         if self._embedder is None:
@@ -129,9 +131,23 @@ class HybridRetriever:
         except Exception as exc:  # noqa: BLE001 - any connection failure means "not ready", with its reason
             self._client = None
             self.not_ready_reason = f"milvus unreachable: {exc}"
+            if self._unreachable_since is None:
+                self._unreachable_since = time.monotonic()
             return False
         self.not_ready_reason = None
+        self._unreachable_since = None
         return True
+
+    def check_health(self) -> None:
+        """Raises when this retriever cannot serve and a new replica could: no embedding model, or the store
+        unreachable for `unhealthy_after_s` (a model mismatch keeps it unready instead: a restart cannot fix it)."""
+        if self._embedder is None:
+            raise RuntimeError("the embedding model is not loaded")
+        self.check_ready()
+        if self._unreachable_since is not None:
+            down_s = time.monotonic() - self._unreachable_since
+            if down_s >= self._rcfg.unhealthy_after_s:
+                raise RuntimeError(f"{self.not_ready_reason} (for {down_s:.0f}s)")
 
     def index_version(self, fresh: bool = False) -> int:
         """The catalog's index version, re-read when the cached one is older than `index_version_ttl_s`
@@ -306,4 +322,5 @@ class RetrieveStage(FaultHooks):
         return ready, self._retriever.not_ready_reason
 
     def check_health(self) -> None:
-        return None
+        """Serve's health check (every `health_check_period_s`): raising replaces this replica."""
+        self._retriever.check_health()

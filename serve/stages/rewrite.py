@@ -76,6 +76,3 @@ class RewriteStage(FaultHooks):
         did_something = used != query or passage is not None
         status: StageStatusName = "fallback" if refused else ("ok" if did_something else "skipped")
         return RewriteResult(query=used, hyde_passage=passage, status=status, detail="; ".join(notes))
-
-    def check_health(self) -> None:
-        return None

@@ -83,6 +83,3 @@ class SynthesizeStage(FaultHooks):
         except Exception as exc:  # noqa: BLE001 - the state is reported, not raised
             return f"unavailable: {type(exc).__name__}: {exc}"
         return "ready"
-
-    def check_health(self) -> None:
-        return None
