@@ -114,12 +114,11 @@ def cmd_serve_config(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
     from serve.serve_config import serve_deploy_config
 
-    if args.helm_values:
-        from serve.serve_config import helm_values_block, replace_helm_block
+    if args.helm_chart:
+        from serve.serve_config import write_helm_chart
 
-        path = Path(args.helm_values)
-        path.write_text(replace_helm_block(path.read_text(encoding="utf-8"), helm_values_block(cfg)), encoding="utf-8")
-        print(f"updated serve.deployments in {path}", file=sys.stderr)
+        for written in write_helm_chart(cfg, Path(args.helm_chart)):
+            print(f"updated {written}", file=sys.stderr)
         return EXIT_OK
     text = yaml.safe_dump(serve_deploy_config(cfg, args.http_host, args.port), sort_keys=False)
     if args.output:
@@ -236,9 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.add_argument("--http-host")
     serve_config.add_argument("--port", type=int)
     serve_config.add_argument(
-        "--helm-values",
-        metavar="VALUES_YAML",
-        help="rewrite the generated serve.deployments block of a chart's values.yaml",
+        "--helm-chart",
+        metavar="CHART_DIR",
+        help="rewrite the generated parts of a chart: values.yaml's serve block and values.schema.json's ragcConfig",
     )
     serve_config.set_defaults(func=cmd_serve_config)
 

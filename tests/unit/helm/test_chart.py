@@ -3,14 +3,16 @@ against Kubernetes schemas, KubeRay resources against the CRD schemas in ../shar
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm  # the Helm SDK is a dev dependency: missing is a failure, never a skip
 import pytest
 import yaml
 
-helm = pytest.importorskip("helm_python")
+from cluster.config import RagcConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "ragc"
@@ -117,11 +119,13 @@ def test_serve_config_parses_and_every_stage_autoscales_on_its_own(name: str) ->
 
 
 def test_chart_serve_block_is_generated_from_the_config_tree() -> None:
-    from cluster.config import RagcConfig
-    from serve.serve_config import helm_values_block, stage_deployments
+
+    from serve.serve_config import helm_values_block, helm_values_schema, stage_deployments
 
     text = (CHART / "values.yaml").read_text()
-    assert helm_values_block(RagcConfig()) in text, "run `ragc serve-config --helm-values helm/ragc/values.yaml`"
+    assert helm_values_block(RagcConfig()) in text, "run `ragc serve-config --helm-chart helm/ragc`"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema == helm_values_schema(schema), "run `ragc serve-config --helm-chart helm/ragc`"
     rendered = {d["name"]: d for d in serve_config(render(BASE))["applications"][0]["deployments"]}
     for stage, options in stage_deployments(RagcConfig()).items():
         assert {k: v for k, v in rendered[stage].items() if k != "name"} == options
@@ -166,5 +170,22 @@ def test_secrets_are_only_referenced() -> None:
     ],
 )
 def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(helm.HelmError, match=message):
         render(values)
+
+
+def test_the_deadline_follows_the_config_tree_and_a_release_override() -> None:
+    from serve.serve_config import PROXY_GRACE_S
+
+    default = serve_config(render(BASE))["http_options"]["request_timeout_s"]
+    assert default == RagcConfig().serve.request_timeout_s + PROXY_GRACE_S
+    release = serve_config(render(BASE | {"ragcConfig": {"serve": {"request_timeout_s": 20}}}))
+    assert release["http_options"]["request_timeout_s"] == 20 + PROXY_GRACE_S
+
+
+def test_ragc_config_is_validated_by_the_config_trees_schema() -> None:
+    with pytest.raises(helm.HelmError, match="modle") as refused:
+        render(BASE | {"ragcConfig": {"serve": {"rerank": {"modle": "/models/x"}}}})
+    assert "additional" in str(refused.value).lower() or "not allowed" in str(refused.value).lower()
+    with pytest.raises(helm.HelmError, match="default_top_k"):
+        render(BASE | {"ragcConfig": {"serve": {"default_top_k": "five"}}})
