@@ -6,28 +6,30 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from httpx_sse import connect_sse
 
-from cluster.config import RagcConfig
+from cluster.config import FilterField, RagcConfig
 from local.cluster import http_url
 
 FILTER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(>=|<=|!=|=)(.*)$")
 OPS = {"=": "eq", "!=": "ne", ">=": "gte", "<=": "lte"}
 CLIENT_TIMEOUT_S = 120.0
-INT_FIELDS = {"year", "updated_at"}  # the default config's integer filter fields
 
 
-def parse_filters(items: list[str]) -> dict[str, Any]:
+def parse_filters(items: list[str], fields: Mapping[str, FilterField]) -> dict[str, Any]:
+    """`FIELD=VALUE` flags as the API's filter object, typed by the config's filter fields."""
     filters: dict[str, Any] = {}
     for item in items:
         match = FILTER.match(item)
         if not match:
             raise ValueError(f"bad filter {item!r}: use FIELD=VALUE, FIELD>=N or FIELD<=N")
         field, op, raw = match.groups()
-        value: Any = int(raw) if field in INT_FIELDS else raw
+        known = fields.get(field)
+        value: Any = int(raw) if known is not None and known.type == "int" and raw.lstrip("-").isdigit() else raw
         filters.setdefault(field, {})[OPS[op]] = value
     return filters
 
@@ -42,7 +44,11 @@ def render(result: dict[str, Any]) -> str:
 
 
 def run_query(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"query": args.question, "filters": parse_filters(args.filter), "stream": args.stream}
+    body: dict[str, Any] = {
+        "query": args.question,
+        "filters": parse_filters(args.filter, cfg.serve.filters),
+        "stream": args.stream,
+    }
     if args.top_k:
         body["top_k"] = args.top_k
     if args.no_rerank:

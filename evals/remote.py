@@ -11,12 +11,9 @@ import httpx
 
 from evals.metrics import Ranking
 
-REMOTE_TOP_K = 50  # the service's default max_top_k
 
-
-def remote_ranker(
-    endpoint: str, api_key: str | None, top_k: int = REMOTE_TOP_K, timeout_s: float = 60.0
-) -> Callable[[str], Ranking]:
+def remote_ranker(endpoint: str, api_key: str | None, top_k: int, timeout_s: float = 60.0) -> Callable[[str], Ranking]:
+    """`top_k`: as many passages as the service lets one request have (`serve.limits.max_top_k`)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     client = httpx.Client(base_url=endpoint.rstrip("/"), headers=headers, timeout=timeout_s)
 

@@ -182,7 +182,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
     if req.endpoint:
         from evals.remote import remote_ranker
 
-        rank = remote_ranker(req.endpoint, req.api_key)
+        rank = remote_ranker(req.endpoint, req.api_key, cfg.serve.limits.max_top_k)
         result["pipelines"] = {"endpoint": score_pipeline(rank, eval_set)}
         result["pipeline"] = "endpoint"
         result.update({k: result["pipelines"]["endpoint"][k] for k in METRICS})

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from cluster.config import RagcConfig, env_overrides, load_config
+from cluster.config import RagcConfig, load_config
 
 
 def test_defaults_are_valid_and_local() -> None:
@@ -14,10 +14,37 @@ def test_defaults_are_valid_and_local() -> None:
 
 
 def test_env_overrides_nest_and_keep_types() -> None:
-    tree = env_overrides(
-        {"RAGC_STATE_DIR": "/x", "RAGC_EMBEDDING__BATCH_SIZE": "64", "RAGC_REDIS__ENABLED": "false", "OTHER": "1"}
+    cfg = load_config(
+        None,
+        environ={
+            "RAGC_STATE_DIR": "/x",
+            "RAGC_EMBEDDING__BATCH_SIZE": "64",
+            "RAGC_REDIS__ENABLED": "false",
+            "RAGC_REDIS__URL": "null",
+            "RAGC_SERVE__DEPLOYMENTS__RERANK__MAX_REPLICAS": "3",
+            "RAGC_SERVE__FAULTS__FAIL": '["dense"]',
+            "RAGC_LOADTEST_PROFILE": "smoke",  # another tool's variable with our prefix: not a config key
+            "OTHER": "1",
+        },
     )
-    assert tree == {"state_dir": "/x", "embedding": {"batch_size": 64}, "redis": {"enabled": False}}
+    assert (str(cfg.state_dir), cfg.embedding.batch_size, cfg.redis.enabled, cfg.redis.url) == ("/x", 64, False, None)
+    assert cfg.serve.deployments["rerank"].max_replicas == 3
+    assert cfg.serve.deployments["ingress"] == RagcConfig().serve.deployments["ingress"], "one key, not the section"
+    assert cfg.serve.faults.fail == ["dense"]
+
+
+def test_an_unknown_nested_env_key_is_refused() -> None:
+    with pytest.raises(ValidationError, match="urii"):
+        load_config(None, environ={"RAGC_MILVUS__URII": "http://a:1"})
+
+
+def test_the_file_is_named_by_ragc_config_and_must_be_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("milvus:\n  uri: http://b:2\n")
+    assert load_config(None, environ={"RAGC_CONFIG": str(path)}).milvus.uri == "http://b:2"
+    path.write_text("- a list\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config(path, environ={})
 
 
 def test_file_then_env(tmp_path: Path) -> None:

@@ -1,0 +1,48 @@
+"""The pinned embedding model and the chunker: recorded with the collection, checked at start-up."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from cluster.config.base import DEFAULT_EMBEDDING_MODEL, Section
+
+
+class EmbeddingConfig(Section):
+    model: str = Field(
+        default=DEFAULT_EMBEDDING_MODEL,
+        description="`packaged:<name>` (weights from a registry package), a local path, or a model id",
+    )
+    model_id: str = Field(
+        default="sentence-transformers/all-MiniLM-L6-v2",
+        description="identity recorded with the collection; serving refuses a collection with another one",
+    )
+    dim: int = Field(default=384, gt=0)
+    batch_size: int = Field(default=32, gt=0, le=4096)
+    max_seq_length: int = Field(default=256, gt=0)
+    normalize: bool = True
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="float32",
+        description="weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else float32. fp32 "
+        "by default: bf16 vectors vary with batch composition (ARCHITECTURE.md, Ingestion)",
+    )
+    num_threads: int = Field(default=0, ge=0, description="torch threads per embedding actor; 0 = all CPUs")
+
+
+class ChunkingConfig(Section):
+    chunk_size: int = Field(default=256, ge=32, le=8192, description="tokens per chunk")
+    chunk_overlap: int = Field(default=32, ge=0, description="tokens shared by neighbouring chunks")
+    markdown_headers: bool = Field(default=True, description="split markdown on headers first")
+
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, v: int, info: Any) -> int:
+        size = info.data.get("chunk_size", 0)
+        if size and v >= size:
+            raise ValueError(f"chunk_overlap ({v}) must be smaller than chunk_size ({size})")
+        return v
+
+    def fingerprint(self) -> str:
+        return f"sentence:{self.chunk_size}:{self.chunk_overlap}:md={int(self.markdown_headers)}"

@@ -1,0 +1,31 @@
+"""The ingestion job (`ragc ingest`, `ragc reindex`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from cluster.config.base import Section
+
+
+class IngestFaults(Section):
+    """Test-only fault hooks; all off by default."""
+
+    fail_after_batches: int | None = Field(
+        default=None, ge=0, description="the Milvus sink raises after this many batches were upserted"
+    )
+
+
+class IngestConfig(Section):
+    parse_blocks: int = Field(default=0, ge=0, description="blocks for parse+chunk tasks; 0 = 2 x CPUs")
+    embed_batch_rows: int = Field(
+        default=512,
+        gt=0,
+        description="rows per embedding-actor call; the model sorts each call by length, "
+        "so larger calls pad less (the model's own batch stays embedding.batch_size)",
+    )
+    embed_actors_min: int = Field(default=1, ge=1)
+    embed_actors_max: int = Field(default=1, ge=1)
+    gpus_per_actor: float = Field(default=0.0, ge=0, description="0 = CPU; 1 per actor on GPU nodes")
+    upsert_batch_size: int = Field(default=256, gt=0, le=10000)
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    faults: IngestFaults = Field(default_factory=IngestFaults)

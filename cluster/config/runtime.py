@@ -1,0 +1,23 @@
+"""Where the processes run: the Ray cluster and the local embedded sidecars."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from cluster.config.base import Section
+
+
+class RayConfig(Section):
+    address: str | None = Field(
+        default=None, description="existing Ray cluster (`auto`, `ray://...`); unset = an ephemeral local one"
+    )
+    num_cpus: int | None = Field(default=None, ge=1, description="CPUs of the local Ray instance")
+    object_store_memory_mb: int = Field(default=512, ge=64)
+
+
+class LocalConfig(Section):
+    host: str = Field(default="127.0.0.1", description="loopback: the local cluster is never exposed")
+    milvus_port: int = Field(default=19530, gt=0, lt=65536)
+    redis_port: int = Field(default=6380, gt=0, lt=65536)
+    http_port: int = Field(default=8000, gt=0, lt=65536)
+    start_timeout_s: float = Field(default=120.0, gt=0)

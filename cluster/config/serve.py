@@ -1,0 +1,277 @@
+"""The query service: every knob on the query path, per stage, with its Serve deployment options."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from cluster.config.base import SecretRef, Section
+
+STAGES = ("ingress", "rewrite", "retrieve", "rerank", "synthesize")
+
+
+FilterOp = Literal["eq", "ne", "in", "gte", "lte"]
+
+
+EQUALITY_OPS: tuple[FilterOp, ...] = ("eq", "ne", "in")
+
+
+class DeploymentConfig(Section):
+    """Ray Serve knobs of one stage; `ragc serve-config` and the Helm chart are generated from these."""
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=2, ge=1)
+    target_ongoing_requests: float = Field(default=4.0, gt=0)
+    max_ongoing_requests: int = Field(default=16, ge=1)
+    max_queued_requests: int = Field(default=64, ge=-1, description="-1 = unbounded; beyond it callers get 503")
+    num_cpus: float = Field(default=0.0, ge=0, description="CPUs reserved per replica (0 shares the node)")
+    num_gpus: float = Field(default=0.0, ge=0)
+    health_check_period_s: float = Field(default=10.0, gt=0)
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+    upscale_delay_s: float = Field(default=3.0, ge=0)
+    downscale_delay_s: float = Field(default=60.0, ge=0)
+
+
+def _default_deployments() -> dict[str, DeploymentConfig]:
+    return {
+        "ingress": DeploymentConfig(
+            max_replicas=4, target_ongoing_requests=16, max_ongoing_requests=64, max_queued_requests=256
+        ),
+        "rewrite": DeploymentConfig(),
+        "retrieve": DeploymentConfig(max_replicas=4, target_ongoing_requests=8, max_ongoing_requests=32),
+        "rerank": DeploymentConfig(target_ongoing_requests=8, max_ongoing_requests=32),
+        "synthesize": DeploymentConfig(),
+    }
+
+
+class FilterField(Section):
+    type: Literal["str", "int"] = "str"
+    ops: list[FilterOp] = Field(default_factory=lambda: list(EQUALITY_OPS))
+
+
+def _default_filters() -> dict[str, FilterField]:
+    ranged: list[FilterOp] = ["eq", "ne", "in", "gte", "lte"]
+    return {
+        "doc_id": FilterField(),
+        "doc_type": FilterField(),
+        "source": FilterField(),
+        "title": FilterField(),
+        "section": FilterField(),
+        "year": FilterField(type="int", ops=ranged),
+        "updated_at": FilterField(type="int", ops=ranged),
+    }
+
+
+class AuthConfig(Section):
+    enabled: bool = Field(default=True, description="false = single-tenant demo mode, loopback only")
+    api_keys: SecretRef = Field(
+        default_factory=lambda: SecretRef(env_var="RAGC_API_KEYS"),
+        description="a YAML/JSON mapping {api_key: tenant}, in a file or an environment variable",
+    )
+    single_tenant: str = Field(default="demo", description="the tenant of every request when auth is off")
+
+
+class LimitsConfig(Section):
+    max_query_chars: int = Field(default=2000, gt=0)
+    max_history_turns: int = Field(default=20, ge=0)
+    max_turn_chars: int = Field(default=4000, gt=0)
+    max_top_k: int = Field(default=50, gt=0)
+    max_filters: int = Field(default=16, ge=0)
+    max_in_values: int = Field(default=100, gt=0)
+    max_body_bytes: int = Field(default=256 * 1024, gt=0)
+
+
+class RetrieveConfig(Section):
+    timeout_s: float = Field(default=5.0, gt=0)
+    dense_candidates: int = Field(default=50, gt=0, le=1000, description="per-arm candidates, dense")
+    bm25_candidates: int = Field(default=50, gt=0, le=1000, description="per-arm candidates, BM25")
+    pool_size: int = Field(default=50, gt=0, le=1000, description="fused candidates passed to rerank")
+    rrf_k: int = Field(default=60, gt=0)
+    similarity_floor: float = Field(
+        default=0.30, ge=-1, le=1, description="dense cosine below which a question abstains (see floor_scope)"
+    )
+    floor_scope: Literal["query", "candidate"] = Field(
+        default="query",
+        description="query: abstain when no candidate reaches the floor, else keep every candidate; "
+        "candidate: also drop each candidate below it",
+    )
+    hnsw_ef: int = Field(default=128, gt=0)
+    search_timeout_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="client-side deadline of each Milvus search; when both arms miss it the connection is "
+        "rebuilt on the next request, so a restarted Milvus is found again instead of waiting on gRPC backoff",
+    )
+    index_version_ttl_s: float = Field(default=2.0, ge=0)
+    unhealthy_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a replica cut off from Milvus this long fails its health check and is replaced; shorter "
+        "outages are ridden out by reconnecting",
+    )
+
+
+class RerankConfig(Section):
+    model: str | None = Field(default=None, description="cross-encoder path or id; unset = stage skipped")
+    rerank_default: bool = Field(
+        default=True,
+        description="rerank when the request does not say (the eval gate checks it is the better pipeline)",
+    )
+    timeout_s: float = Field(default=3.0, gt=0)
+    max_length: int | None = Field(default=None, gt=0, description="tokens per pair; unset = the model's own")
+    batch_max_size: int = Field(
+        default=4,
+        gt=0,
+        description="requests per cross-encoder call: a batch returns when its last pair is scored, so a "
+        "bigger batch holds more answers behind one slow pass",
+    )
+    batch_wait_timeout_s: float = Field(default=0.01, ge=0)
+    depth: int = Field(default=30, gt=0, description="fused candidates the cross-encoder scores")
+    num_threads: int = Field(
+        default=0,
+        ge=0,
+        description="torch threads per rerank replica; 0 = the replica's reserved CPUs, or when it reserves "
+        "none, the available cores (affinity, cgroup quota) / max_replicas (one forward pass scales poorly "
+        "across threads)",
+    )
+    order: Literal["scores", "rrf"] = Field(
+        default="rrf",
+        description="scores: order by cross-encoder score; rrf: reciprocal-rank fusion of the cross-encoder's "
+        "rank with the retrieval rank (a weak reranker then refines the order instead of replacing it)",
+    )
+    rrf_k: int = Field(default=60, gt=0, description="k of the rank fusion when order is rrf")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="cross-encoder weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else "
+        "float32 (emulated bf16 is slower)",
+    )
+
+
+class RewriteConfig(Section):
+    timeout_s: float = Field(default=10.0, gt=0, description="rewrite + HyDE together (CPU default; tighten on GPU)")
+    rewrite_default: bool = Field(
+        default=False,
+        description="rewrite follow-ups when the request does not say; off by default: the packaged small "
+        "model rewrites worse than the raw utterance (`ragc bench llm`); turn it on with a real instruct model",
+    )
+    hyde_default: bool = Field(default=False, description="HyDE when the request does not say")
+    engine: str = Field(default="default", description="the `serve.llm.engines` entry that rewrites")
+    history_turns: int = Field(default=4, ge=0, description="conversation turns the rewrite sees")
+    history_max_chars: int = Field(default=2000, gt=0, description="the most recent turns are kept up to this")
+    max_tokens: int = Field(default=48, gt=0)
+    max_query_chars: int = Field(default=400, gt=0, description="a longer rewrite is refused")
+    hyde_max_tokens: int = Field(default=96, gt=0)
+    hyde_include_original: bool = Field(default=True, description="embed the question with the HyDE passage")
+    cache_entries: int = Field(default=4096, ge=0, description="per-replica cache of rewrites")
+    cache_ttl_s: float = Field(default=3600.0, gt=0)
+
+
+class SynthesizeConfig(Section):
+    timeout_s: float = Field(default=25.0, gt=0, description="whole generation (CPU default; tighten on GPU)")
+    engine: str = Field(default="default", description="the `serve.llm.engines` entry that answers")
+    max_tokens: int = Field(default=200, gt=0)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
+    extractive_passages: int = Field(default=3, gt=0, description="passages quoted by the extractive answer")
+    extractive_chars: int = Field(default=400, gt=0, description="characters quoted per passage")
+
+
+def _llm_deployment() -> DeploymentConfig:
+    return DeploymentConfig(max_replicas=1, target_ongoing_requests=8, max_ongoing_requests=32, num_cpus=1.0)
+
+
+class LLMEngineConfig(Section):
+    """One vLLM engine, served by its own deployment `llm_<name>`."""
+
+    model: str = Field(
+        default="packaged:smollm2-135m-instruct",
+        description="`packaged:<name>` (converted once into the state dir), a local path, or a model id "
+        "baked into the image",
+    )
+    served_name: str | None = Field(default=None, description="name reported in responses; default: model")
+    max_model_len: int = Field(default=2048, gt=0)
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    enforce_eager: bool = Field(default=True, description="skip graph capture/compilation (fast start on CPU)")
+    max_num_seqs: int = Field(default=16, gt=0, description="sequences batched by the engine")
+    kv_cache_gb: float = Field(default=1.0, gt=0, description="CPU only: VLLM_CPU_KVCACHE_SPACE")
+    stream_interval: int = Field(
+        default=4, ge=1, description="tokens per streamed chunk: fewer, larger messages through Serve"
+    )
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1, description="GPU only")
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    deployment: DeploymentConfig = Field(default_factory=_llm_deployment)
+
+
+class LLMConfig(Section):
+    enabled: bool = Field(
+        default=True, description="false: rewrite/HyDE are skipped and answers are extractive (no engine)"
+    )
+    engines: dict[str, LLMEngineConfig] = Field(default_factory=lambda: {"default": LLMEngineConfig()})
+
+
+class CacheConfig(Section):
+    enabled: bool = True
+    l1_max_entries: int = Field(default=2048, ge=0, description="per-replica in-memory responses")
+    l1_ttl_s: float = Field(default=300.0, gt=0)
+    ttl_s: int = Field(default=3600, gt=0, description="shared (Redis) exact and semantic entries")
+    semantic: bool = Field(default=True, description="reuse answers of near-duplicate questions (L3)")
+    semantic_threshold: float = Field(default=0.95, gt=0, le=1, description="cosine between the questions")
+    semantic_max_per_scope: int = Field(default=256, gt=0, description="remembered questions per tenant+scope")
+    history_turns_in_key: int = Field(default=4, ge=0, description="conversation tail that is part of the key")
+    lookup_timeout_s: float = Field(default=0.3, gt=0, description="a slower cache is bypassed")
+
+
+class StageFaults(Section):
+    """Test-only fault hooks: a stage sleeps this long before working (seconds); all off by default."""
+
+    delay_s: dict[str, float] = Field(default_factory=dict)
+    fail: list[str] = Field(default_factory=list, description="stages (or `dense`/`bm25` arms) that raise")
+
+
+class ServeConfig(Section):
+    app_name: str = "ragc"
+    http_host: str = Field(default="127.0.0.1", description="bind address of the Serve HTTP proxy")
+    route_prefix: str = "/"
+    request_timeout_s: float = Field(
+        default=45.0, gt=0, description="end-to-end deadline; beyond it HTTP 504 (above the stage timeouts)"
+    )
+    default_top_k: int = Field(default=5, gt=0, description="passages in the answer when the request does not say")
+    abstain_answer: str = "I don't have documents covering that."
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    filters: dict[str, FilterField] = Field(default_factory=_default_filters)
+    deployments: dict[str, DeploymentConfig] = Field(default_factory=_default_deployments)
+    rewrite: RewriteConfig = Field(default_factory=RewriteConfig)
+    retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
+    rerank: RerankConfig = Field(default_factory=RerankConfig)
+    synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    faults: StageFaults = Field(default_factory=StageFaults)
+
+    @field_validator("deployments")
+    @classmethod
+    def _every_stage(cls, v: dict[str, DeploymentConfig]) -> dict[str, DeploymentConfig]:
+        unknown = set(v) - set(STAGES)
+        if unknown:
+            raise ValueError(f"unknown stages {sorted(unknown)}; stages are {list(STAGES)}")
+        defaults = _default_deployments()
+        return {stage: v.get(stage, defaults[stage]) for stage in STAGES}
+
+    @model_validator(mode="after")
+    def _engines_exist(self) -> ServeConfig:
+        if self.llm.enabled:
+            for stage, name in (("rewrite", self.rewrite.engine), ("synthesize", self.synthesize.engine)):
+                if name not in self.llm.engines:
+                    raise ValueError(f"serve.{stage}.engine {name!r} is not in serve.llm.engines")
+        return self
+
+    def deployment(self, stage: str) -> DeploymentConfig:
+        return self.deployments[stage]
+
+    def engines_in_use(self) -> list[str]:
+        """Engines some stage calls (one deployment each); none when the LLM is off."""
+        if not self.llm.enabled:
+            return []
+        return sorted({self.rewrite.engine, self.synthesize.engine})

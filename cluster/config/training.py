@@ -1,0 +1,43 @@
+"""`ragc train-reranker`: the recipe the job trains our cross-encoder with."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cluster.config.base import Section
+
+
+class RerankTrainingConfig(Section):
+    """`ragc train-reranker`: fine-tune a cross-encoder on a labelled split, hard negatives from our retriever."""
+
+    base_model: str = Field(default="packaged:all-minilm-l6-v2", description="weights the cross-encoder starts from")
+    loss: Literal["listwise", "bce"] = Field(
+        default="listwise",
+        description="listwise: softmax cross-entropy over one positive and its negatives; bce: pointwise",
+    )
+    negatives: int = Field(default=7, ge=1, description="hard negatives per positive")
+    negative_pool: int = Field(default=30, gt=0, description="hybrid candidates the negatives are drawn from")
+    epochs: int = Field(
+        default=2,
+        ge=1,
+        description="passes over the groups (the measured recipes: ARCHITECTURE.md, Rerank)",
+    )
+    groups_per_step: int = Field(default=4, gt=0, description="positives (each with its negatives) per step")
+    learning_rate: float = Field(default=1e-4, gt=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="bfloat16 = bf16 autocast over fp32 master weights; auto = bfloat16 where native (CUDA, "
+        "AMX/AVX512-BF16 CPUs), else float32 (emulated bf16 autocast is an order of magnitude slower)",
+    )
+    average_tail: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="share of the last steps whose weights are averaged into the saved model (0 = the last step's)",
+    )
+    seed: int = 13
+    gpus: float = Field(default=1.0, ge=0, description="GPUs of the Ray task when the cluster has any")

@@ -1,0 +1,20 @@
+"""`ragc query --filter`: flags become the API's filter object, typed by the config's filter fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.query_client import parse_filters
+from cluster.config import FilterField, RagcConfig
+
+
+def test_filters_take_their_types_from_the_config() -> None:
+    fields = RagcConfig().serve.filters
+    assert parse_filters(["year>=2020", "doc_type=md"], fields) == {"year": {"gte": 2020}, "doc_type": {"eq": "md"}}
+    custom = {"pages": FilterField(type="int", ops=["eq", "gte"]), "year": FilterField(type="str")}
+    assert parse_filters(["pages=12", "year=2020"], custom) == {"pages": {"eq": 12}, "year": {"eq": "2020"}}
+
+
+def test_a_malformed_filter_flag_is_refused() -> None:
+    with pytest.raises(ValueError, match="bad filter"):
+        parse_filters(["year"], RagcConfig().serve.filters)
