@@ -30,6 +30,7 @@ def ensure_ray(cfg: RagcConfig) -> None:
                 object_store_memory=cfg.ray.object_store_memory_mb * MB,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
+                _metrics_export_port=cfg.ray.metrics_export_port,
             )
             break
         except Exception as exc:  # Ray raises a bare Exception when its raylet never registers

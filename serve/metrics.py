@@ -1,33 +1,60 @@
-"""Prometheus metrics of the query path, exposed by the ingress at GET /metrics."""
+"""Metrics of the query path, recorded through Ray Serve's metrics API.
+
+Every replica's figures reach Ray's metrics agent on its node, which Prometheus scrapes (port
+`ray.metrics_export_port` locally, the Ray pods' `metrics` port on Kubernetes): a scrape sees every replica,
+each series tagged with its deployment and replica. Names gain Ray's `ray_` prefix (`ray_ragc_requests_total`).
+The objects are made on first use inside the replica, so Serve's tags are attached; outside Ray recording is a
+no-op (unit tests)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from dataclasses import dataclass
+from functools import cache
 
-REGISTRY = CollectorRegistry()
-STAGE_SECONDS = Histogram(
-    "ragc_stage_seconds",
-    "Stage latency as seen by the ingress",
-    ["stage", "status"],
-    registry=REGISTRY,
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
-)
-FALLBACKS = Counter("ragc_stage_fallbacks_total", "Stage fallbacks and errors", ["stage", "status"], registry=REGISTRY)
-ABSTENTIONS = Counter("ragc_abstentions_total", "Queries answered with an abstention", registry=REGISTRY)
-REQUESTS = Counter("ragc_requests_total", "Query requests by HTTP status", ["code"], registry=REGISTRY)
-INCIDENTS = Counter(
-    "ragc_incidents_total", "Isolation incidents (dropped foreign passages)", ["kind"], registry=REGISTRY
-)
+from ray.serve.metrics import Counter, Histogram
+
+STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+
+
+@dataclass(frozen=True)
+class QueryMetrics:
+    stage_seconds: Histogram
+    fallbacks: Counter
+    abstentions: Counter
+    requests: Counter
+    incidents: Counter
+    cache: Counter
+    removed_citations: Counter
+    ungrounded: Counter
+
+
+@cache
+def query_metrics() -> QueryMetrics:
+    return QueryMetrics(
+        stage_seconds=Histogram(
+            "ragc_stage_seconds",
+            "Stage latency as seen by the ingress",
+            boundaries=STAGE_BOUNDARIES_S,
+            tag_keys=("stage", "status"),
+        ),
+        fallbacks=Counter("ragc_stage_fallbacks", "Stage fallbacks and errors", tag_keys=("stage", "status")),
+        abstentions=Counter("ragc_abstentions", "Queries answered with an abstention"),
+        requests=Counter("ragc_requests", "Query requests by HTTP status", tag_keys=("code",)),
+        incidents=Counter("ragc_incidents", "Isolation incidents (dropped foreign passages)", tag_keys=("kind",)),
+        cache=Counter("ragc_cache_lookups", "Response cache lookups by outcome", tag_keys=("status",)),
+        removed_citations=Counter(
+            "ragc_removed_citations", "Citations in generated answers that pointed at no passage sent"
+        ),
+        ungrounded=Counter("ragc_ungrounded_answers", "Generated answers with no valid citation"),
+    )
 
 
 def observe_stage(stage: str, status: str, seconds: float) -> None:
-    STAGE_SECONDS.labels(stage=stage, status=status).observe(seconds)
+    metrics = query_metrics()
+    metrics.stage_seconds.observe(seconds, tags={"stage": stage, "status": status})
     if status in ("fallback", "error"):
-        FALLBACKS.labels(stage=stage, status=status).inc()
+        metrics.fallbacks.inc(tags={"stage": stage, "status": status})
 
 
-CACHE = Counter("ragc_cache_lookups_total", "Response cache lookups by outcome", ["status"], registry=REGISTRY)
-REMOVED_CITATIONS = Counter(
-    "ragc_removed_citations_total", "Citations in generated answers that pointed at no passage sent", registry=REGISTRY
-)
-UNGROUNDED = Counter("ragc_ungrounded_answers_total", "Generated answers with no valid citation", registry=REGISTRY)
+def count_request(code: int | str) -> None:
+    query_metrics().requests.inc(tags={"code": str(code)})

@@ -108,7 +108,7 @@ class QueryPipeline:
         except StageFailure as failure:
             status = "bypass"
             logger.warning("cache scope unavailable", extra={"error": failure.reason})
-        metrics.CACHE.labels(status=status).inc()
+        metrics.query_metrics().cache.inc(tags={"status": status})
         cache_report = StageStatus(status=status, ms=(time.perf_counter() - started) * 1000)
         if emit:
             await emit("stage", {"stage": "cache", **cache_report.model_dump()})
@@ -241,9 +241,9 @@ class QueryPipeline:
     @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:
         if not synthesis.grounded:
-            metrics.UNGROUNDED.inc()
+            metrics.query_metrics().ungrounded.inc()
         if synthesis.removed_citations:
-            metrics.REMOVED_CITATIONS.inc(synthesis.removed_citations)
+            metrics.query_metrics().removed_citations.inc(synthesis.removed_citations)
             return f"{synthesis.mode}; removed {synthesis.removed_citations} citation(s) to passages not sent"
         return synthesis.mode
 
@@ -252,7 +252,7 @@ class QueryPipeline:
         """The tenant filter is in the search; this asserts it held. A stranger's passage is an incident."""
         foreign = [p for p in passages if p.tenant_id != tenant]
         for passage in foreign:
-            metrics.INCIDENTS.labels(kind="tenant_mismatch").inc()
+            metrics.query_metrics().incidents.inc(tags={"kind": "tenant_mismatch"})
             logger.error(
                 "tenant isolation incident: passage dropped",
                 extra={"request_id": request_id, "tenant": tenant, "chunk_id": passage.chunk_id},
@@ -262,7 +262,7 @@ class QueryPipeline:
     def _abstain(
         self, reports: dict[str, StageStatus], index_version: int, request_id: str, tenant: str, used: RetrievalQuery
     ) -> QueryResponse:
-        metrics.ABSTENTIONS.inc()
+        metrics.query_metrics().abstentions.inc()
         reports["rerank"] = StageStatus(status="skipped", detail="nothing to rerank")
         reports["synthesize"] = StageStatus(status="skipped", detail="abstained: no passage above the similarity floor")
         return QueryResponse(

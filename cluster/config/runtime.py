@@ -13,6 +13,12 @@ class RayConfig(Section):
     )
     num_cpus: int | None = Field(default=None, ge=1, description="CPUs of the local Ray instance")
     object_store_memory_mb: int = Field(default=512, ge=64)
+    metrics_export_port: int = Field(
+        default=8090,
+        gt=0,
+        lt=65536,
+        description="where a local Ray instance's metrics agent serves Prometheus metrics (every replica's)",
+    )
 
 
 class LocalConfig(Section):

@@ -10,9 +10,8 @@ from typing import Any
 
 from cachetools import TTLCache
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field, ValidationError
 
 from cluster.config import RagcConfig
@@ -64,7 +63,7 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_response(status: int, message: str, request_id: str) -> JSONResponse:
-    metrics.REQUESTS.labels(code=str(status)).inc()
+    metrics.count_request(status)
     return JSONResponse(ErrorBody(error=message, request_id=request_id).model_dump(), status_code=status)
 
 
@@ -183,7 +182,7 @@ class Ingress:
             return error_response(exc.status, exc.message, request_id)
         except QueryError as exc:
             return error_response(exc.status_code, exc.message, request_id)
-        metrics.REQUESTS.labels(code="200").inc()
+        metrics.count_request(200)
         return JSONResponse(result.model_dump(mode="json"), headers={"X-Request-ID": request_id})
 
     async def _run_with_deadline(
@@ -206,10 +205,10 @@ class Ingress:
         async def produce() -> None:
             try:
                 result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id, emit)
-                metrics.REQUESTS.labels(code="200").inc()
+                metrics.count_request(200)
                 await queue.put(("final", result.model_dump(mode="json")))
             except QueryError as exc:
-                metrics.REQUESTS.labels(code=str(exc.status_code)).inc()
+                metrics.count_request(exc.status_code)
                 await queue.put(("error", {"status": exc.status_code, "error": exc.message, "request_id": request_id}))
 
         task = asyncio.create_task(produce())
@@ -252,10 +251,6 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
         @api.get("/readyz", response_model=None)
         async def ready_route(self, full: bool = False) -> Response:
             return await self.readyz(full)
-
-        @api.get("/metrics", response_model=None)
-        async def prometheus(self) -> Response:
-            return PlainTextResponse(generate_latest(metrics.REGISTRY).decode(), media_type=CONTENT_TYPE_LATEST)
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema:

@@ -43,13 +43,15 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 
 
 @pytest.fixture(scope="session")
-def ray_session() -> Iterator[None]:
+def ray_session() -> Iterator[int]:
+    """Local Ray for the session; yields the port its metrics agent serves Prometheus metrics on."""
     import ray
 
     from cluster.ray_runtime import ensure_ray
 
-    ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 2}}))
-    yield
+    port = free_port()
+    ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 2, "metrics_export_port": port}}))
+    yield port
     ray.shutdown()
 
 
@@ -68,7 +70,7 @@ def make_config(milvus: dict[str, Any], redis: dict[str, Any] | None, state_dir:
 
 
 @pytest.fixture
-def cfg(milvus_server: dict[str, Any], redis_server: dict[str, Any], tmp_path: Path, ray_session: None) -> RagcConfig:
+def cfg(milvus_server: dict[str, Any], redis_server: dict[str, Any], tmp_path: Path, ray_session: int) -> RagcConfig:
     """A fresh collection alias and an empty Redis per test, on the shared servers."""
     import redis
 

@@ -38,7 +38,7 @@ HISTORY = [
 def service(
     milvus_server: dict[str, Any],
     redis_server: dict[str, Any],
-    ray_session: None,
+    ray_session: int,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
     from ray import serve

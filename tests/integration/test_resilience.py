@@ -146,7 +146,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def service(servers: dict[str, Any], ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def service(servers: dict[str, Any], ray_session: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     from ray import serve
 
     from serve.app import build_app

@@ -154,6 +154,7 @@ headGroupSpec:
   rayStartParams:
     num-cpus: "0"
     dashboard-host: 0.0.0.0
+    metrics-export-port: {{ .Values.metricsPort | quote }}
   template:
     metadata:
       labels:
@@ -176,6 +177,7 @@ headGroupSpec:
             - {containerPort: 8265, name: dashboard}
             - {containerPort: 10001, name: client}
             - {containerPort: {{ .Values.serve.httpPort }}, name: serve}
+            - {containerPort: {{ .Values.metricsPort }}, name: metrics}
       volumes:
         {{- include "ragc.volumes" . | nindent 8 }}
 workerGroupSpecs:
@@ -185,7 +187,8 @@ workerGroupSpecs:
     replicas: {{ .replicas }}
     minReplicas: {{ .minReplicas }}
     maxReplicas: {{ .maxReplicas }}
-    rayStartParams: {}
+    rayStartParams:
+      metrics-export-port: {{ $.Values.metricsPort | quote }}
     template:
       metadata:
         labels:
@@ -200,6 +203,8 @@ workerGroupSpecs:
         {{- end }}
         containers:
           {{- include "ragc.rayContainer" (list $ .) | nindent 10 }}
+            ports:
+              - {containerPort: {{ $.Values.metricsPort }}, name: metrics}
         volumes:
           {{- include "ragc.volumes" $ | nindent 10 }}
 {{- end }}
@@ -212,6 +217,7 @@ workerGroupSpecs:
     maxReplicas: {{ .maxReplicas }}
     rayStartParams:
       num-gpus: {{ .gpusPerWorker | quote }}
+      metrics-export-port: {{ $.Values.metricsPort | quote }}
     template:
       metadata:
         labels:
@@ -239,6 +245,8 @@ workerGroupSpecs:
                 nvidia.com/gpu: {{ .gpusPerWorker }}
             volumeMounts:
               {{- include "ragc.volumeMounts" $ | nindent 14 }}
+            ports:
+              - {containerPort: {{ $.Values.metricsPort }}, name: metrics}
         volumes:
           {{- include "ragc.volumes" $ | nindent 10 }}
 {{- end }}

@@ -37,7 +37,7 @@ VALUE_SETS = {
         "reindexJob": {"enabled": True, "sources": [{"tenant": "acme", "source": "/data/acme"}]},
         "sync": {"enabled": True, "tenants": [{"tenant": "acme", "source": "s3://bucket/acme"}]},
         "ingress": {"enabled": True, "host": "rag.example.com"},
-        "serviceMonitor": {"enabled": True},
+        "podMonitor": {"enabled": True},
     },
 }
 
@@ -76,7 +76,7 @@ def test_rendered_objects_validate(name: str) -> None:
     for doc in docs:
         if doc["kind"] in RAY_KINDS:
             jsonschema.validate(doc, crd_schema(doc["kind"]))
-        elif doc["kind"] != "ServiceMonitor":  # a Prometheus-operator CRD, not a built-in kind
+        elif doc["kind"] != "PodMonitor":  # a Prometheus-operator CRD, not a built-in kind
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
         for container in _containers(doc):
             assert container.get("resources", {}).get("requests"), f"{doc['kind']} {container['name']} has no requests"
@@ -189,3 +189,18 @@ def test_ragc_config_is_validated_by_the_config_trees_schema() -> None:
     assert "additional" in str(refused.value).lower() or "not allowed" in str(refused.value).lower()
     with pytest.raises(helm.HelmError, match="default_top_k"):
         render(BASE | {"ragcConfig": {"serve": {"default_top_k": "five"}}})
+
+
+def test_every_ray_pod_exports_the_replicas_metrics_and_the_pod_monitor_scrapes_them() -> None:
+    docs = render(VALUE_SETS["gpu"] | {"podMonitor": {"enabled": True}})
+    cluster = next(d for d in docs if d["kind"] == "RayService")["spec"]["rayClusterConfig"]
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    assert len(groups) >= 2
+    for group in groups:
+        assert group["rayStartParams"]["metrics-export-port"] == "8080"
+        ports = {p["name"]: p["containerPort"] for p in group["template"]["spec"]["containers"][0]["ports"]}
+        assert ports["metrics"] == 8080
+    monitor = next(d for d in docs if d["kind"] == "PodMonitor")
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    labels = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
