@@ -108,6 +108,14 @@ class PipelineRunner:
             self._retrievers[key] = retriever
         return self._retrievers[key]
 
+    def prefetch(self, queries: list[str], service_depth: bool = False) -> None:
+        """Searches both arms for every question not searched yet, in batched requests (no HyDE); the
+        per-question calls below then only fuse, rerank and cut."""
+        retriever = self.retriever(NO_FLOOR, service_depth)
+        todo = [q for q in dict.fromkeys(queries) if (service_depth, q, None) not in self._hits]
+        for query, hits in zip(todo, retriever.search_arms_batch(self._tenant, todo), strict=True):
+            self._hits[(service_depth, query, None)] = hits
+
     def passages(self, spec: PipelineSpec, query: str, floor: float | None = None) -> list[Passage]:
         """`floor` overrides the configured floor (a pipeline without a floor ignores both)."""
         if floor is None:

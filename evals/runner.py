@@ -142,6 +142,7 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
     if set(tune.queries) & set(eval_set.queries):
         raise ValueError(f"split {req.floor_split!r} shares questions with {req.split!r}: the floor would see the test")
     best_tune = runner.best_cosines(tune.queries)  # choosing the floor needs only each question's nearest chunk
+    runner.prefetch(list(eval_set.queries.values()), service_depth=True)
     best_eval = {q: runner.max_cosine(text) for q, text in eval_set.queries.items()}
     chosen = choose_floor(best_tune, unanswerable)
     # the test figures come from the retriever itself with that floor, not from the cosines above
@@ -196,6 +197,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         for spec in specs:
             runner.check(spec)
         pipelines: dict[str, Any] = {}
+        runner.prefetch(list(eval_set.queries.values()))
         try:
             for spec in specs:
                 print(f"eval: {spec.name} over {len(eval_set.queries)} queries", file=sys.stderr, flush=True)

@@ -72,6 +72,7 @@ def mine_groups(
     missing = partial(first_chunks, client, cfg)
     groups: list[TrainingGroup] = []
     try:
+        runner.prefetch(list(train.queries.values()), service_depth=True)
         for qid, query in train.queries.items():
             relevant = {d for d, grade in train.qrels[qid].items() if grade > 0}
             passages = runner.passages(SERVICE_HYBRID, query, floor=-1.0)[: recipe.negative_pool]

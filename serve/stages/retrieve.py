@@ -49,10 +49,12 @@ def query_vector(
 ) -> list[float]:
     """The query's vector; with HyDE, the normalised mean of the query and the hypothetical passage."""
     texts = list(embedded_texts(query, hyde_passage, include_original).values())
-    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
-    mean = vectors.mean(axis=0)
-    norm = float(np.linalg.norm(mean)) or 1.0
-    return (mean / norm).tolist()
+    return unit(np.asarray(embedder.embed(texts), dtype=np.float32).mean(axis=0).tolist())
+
+
+def unit(vector: list[float]) -> list[float]:
+    array = np.asarray(vector, dtype=np.float32)
+    return (array / (float(np.linalg.norm(array)) or 1.0)).tolist()
 
 
 def _passage(entity: dict[str, Any], cosine: float | None) -> Passage:
@@ -172,11 +174,12 @@ class HybridRetriever:
         assert self._embedder is not None
         return self._embedder
 
-    def _search_dense(self, vector: list[float], expr: str) -> list[Passage]:
+    def _search_dense(self, vectors: list[list[float]], expr: str) -> list[list[Passage]]:
+        """One hit list per query vector (one search request for all of them)."""
         if "dense" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: dense arm fails")
-        hits = self._dense_hits([vector], expr, self._rcfg.dense_candidates, list(ChunkFields.OUTPUT))[0]
-        return [_passage(h["entity"], float(h["distance"])) for h in hits]
+        hits = self._dense_hits(vectors, expr, self._rcfg.dense_candidates, list(ChunkFields.OUTPUT))
+        return [[_passage(h["entity"], float(h["distance"])) for h in per_query] for per_query in hits]
 
     def _dense_hits(self, vectors: list[list[float]], expr: str, limit: int, fields: list[str]) -> Any:
         return self._client.search(
@@ -186,7 +189,7 @@ class HybridRetriever:
             limit=limit,
             filter=expr,
             output_fields=fields,
-            timeout=self._rcfg.search_timeout_s,
+            timeout=self._rcfg.search_timeout_s * len(vectors),
             search_params={  # the same ef whatever the limit: a smaller one could miss the nearest chunk
                 "metric_type": "COSINE",
                 "params": {"ef": max(self._rcfg.hnsw_ef, self._rcfg.dense_candidates)},
@@ -205,25 +208,48 @@ class HybridRetriever:
                 best.append(float(hits[0]["distance"]) if hits else None)
         return best
 
-    def _search_bm25(self, text: str, expr: str, vector: list[float] | None) -> list[Passage]:
+    def _search_bm25(self, texts: list[str], expr: str, vectors: list[list[float]] | None) -> list[list[Passage]]:
+        """One hit list per text; each hit's cosine to its query's vector from the stored one (None without)."""
         if "bm25" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: bm25 arm fails")
         hits = self._client.search(
             self._cfg.milvus.collection,
-            data=[bm25_text(text, self._cfg.milvus.bm25_stemmer)],
+            data=[bm25_text(text, self._cfg.milvus.bm25_stemmer) for text in texts],
             anns_field=ChunkFields.SPARSE,
             limit=self._rcfg.bm25_candidates,
             filter=expr,
             output_fields=[*ChunkFields.OUTPUT, ChunkFields.DENSE],
-            timeout=self._rcfg.search_timeout_s,
+            timeout=self._rcfg.search_timeout_s * len(texts),
             search_params={"metric_type": "BM25"},
-        )[0]
+        )
         out = []
-        for h in hits:
-            entity = dict(h["entity"])
-            stored = entity.pop(ChunkFields.DENSE, None)
-            cosine = float(np.dot(np.asarray(stored, np.float32), vector)) if vector and stored is not None else None
-            out.append(_passage(entity, cosine))
+        for n, per_query in enumerate(hits):
+            vector = np.asarray(vectors[n], np.float32) if vectors else None
+            passages = []
+            for h in per_query:
+                entity = dict(h["entity"])
+                stored = entity.pop(ChunkFields.DENSE, None)
+                cosine = None
+                if vector is not None and stored is not None:
+                    cosine = float(np.dot(np.asarray(stored, np.float32), vector))
+                passages.append(_passage(entity, cosine))
+            out.append(passages)
+        return out
+
+    def search_arms_batch(self, tenant: str, queries: list[str], batch: int = 64) -> list[ArmHits]:
+        """`search_arms` for many questions (no filters, no HyDE), one search request per arm per `batch`:
+        what the evaluation and the reranker's mining run over hundreds of questions. Failures raise."""
+        embedder = self._ready_embedder()
+        expr = eq(ChunkFields.TENANT, tenant)
+        out: list[ArmHits] = []
+        for start in range(0, len(queries), batch):
+            texts = queries[start : start + batch]
+            vectors = [unit(v) for v in embedder.embed(texts)]
+            dense, bm25 = self._search_dense(vectors, expr), self._search_bm25(texts, expr, vectors)
+            out += [
+                ArmHits({"dense": d, "bm25": b}, dict.fromkeys(ARMS, "ok"), True, "query")
+                for d, b in zip(dense, bm25, strict=True)
+            ]
         return out
 
     def retrieve(
@@ -250,12 +276,12 @@ class HybridRetriever:
             arms["dense"] = f"embedding failed: {exc}"
         jobs = {}
         if vector is not None:  # dense first: the fused entities keep the dense arm's exact cosine
-            jobs["dense"] = self._pool.submit(self._search_dense, vector, expr)
-        jobs["bm25"] = self._pool.submit(self._search_bm25, query, expr, vector)
+            jobs["dense"] = self._pool.submit(self._search_dense, [vector], expr)
+        jobs["bm25"] = self._pool.submit(self._search_bm25, [query], expr, None if vector is None else [vector])
         results: dict[str, list[Passage]] = {}
         for arm, job in jobs.items():
             try:
-                results[arm] = job.result()
+                results[arm] = job.result()[0]
                 arms[arm] = "ok"
             except Exception as exc:  # noqa: BLE001 - one arm failing degrades to the other
                 logger.warning("retrieval arm failed", extra={"arm": arm, "error": str(exc)})

@@ -176,6 +176,24 @@ def test_batched_nearest_chunk_cosines_match_the_retrievers_dense_arm(service: d
     assert retriever.best_cosines("nobody", ["anything"]) == [None]
 
 
+def test_batched_arm_searches_equal_one_search_per_question(service: dict[str, Any]) -> None:
+    """What the evaluation and the reranker's mining run: one request per arm for many questions."""
+    from serve.stages.retrieve import ARMS, HybridRetriever
+
+    retriever = HybridRetriever(service["cfg"])
+    questions = ["How are tenants kept apart?", "What happens when a document is edited?", "redis cache keys"]
+    batched = retriever.search_arms_batch("alpha", questions, batch=2)
+    assert len(batched) == len(questions)
+    for question, hits in zip(questions, batched, strict=True):
+        single = retriever.search_arms("alpha", question)
+        for arm in ARMS:
+            assert hits.results[arm], (question, arm)
+            assert [p.chunk_id for p in hits.results[arm]] == [p.chunk_id for p in single.results[arm]]
+            for mine, theirs in zip(hits.results[arm], single.results[arm], strict=True):
+                assert mine.dense_score == pytest.approx(theirs.dense_score, abs=1e-4)
+                assert mine.tenant_id == "alpha"
+
+
 def test_filters_are_pushed_down_and_injection_is_refused(service: dict[str, Any]) -> None:
     out = ask(
         service, {"query": "What do I do when the service says it is not ready?", "filters": {"doc_type": "txt"}}
