@@ -74,11 +74,11 @@ def test_the_service_default_is_the_best_measured_pipeline(quality: dict[str, An
     assert quality["default_pipeline"] == best, measured
 
 
-def test_the_reranker_never_saw_the_test_split(reranker: dict[str, Any], gate_cli: RagcCli, scifact: Path) -> None:
+def test_the_reranker_never_saw_the_test_split(reranker: dict[str, Any]) -> None:
+    """(`--split test` is refused: tests/unit/cli/test_main.py.)"""
     assert reranker["split"] == "train" and reranker["groups"] > 0
     assert reranker["training"]["pairs"] > 0 and reranker["ingest"]["chunks_total"] > 0
-    refused = gate_cli("train-reranker", "--dataset", str(scifact), "--split", "test", "--out", "/tmp/x", expect=2)
-    assert "held out" in refused["stderr"]
+    assert reranker["training"]["precision"] in ("float32", "bfloat16") and reranker["training"]["threads"] >= 1
 
 
 def test_report_has_the_table_and_charts(quality: dict[str, Any]) -> None:

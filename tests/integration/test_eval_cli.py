@@ -61,16 +61,6 @@ def test_eval_starts_and_stops_its_own_cluster_and_reuses_its_index(tiny: dict[s
     assert again["ndcg@10"] == first["pipelines"]["hybrid"]["ndcg@10"]
 
 
-def test_bad_requests_get_a_clear_error(tiny: dict[str, Any], tmp_path: Path) -> None:
-    ragc = tiny["ragc"]
-    missing = ragc("eval", "--dataset", str(tmp_path / "nope"), expect=2)
-    assert "no queries.jsonl" in missing["stderr"]
-    unknown = ragc("eval", "--dataset", str(tiny["dataset"]), "--pipeline", "magic", expect=2)
-    assert "unknown pipeline" in unknown["stderr"]
-    no_split = ragc("eval", "--dataset", str(tiny["dataset"]), "--split", "dev", expect=2)
-    assert "no qrels for split 'dev'" in no_split["stderr"]
-
-
 def test_a_trained_reranker_loads_in_the_rerank_stage(tiny: dict[str, Any]) -> None:
     ragc, root = tiny["ragc"], tiny["root"]
     record = ragc("train-reranker", "--dataset", str(tiny["dataset"]), "--out", str(root / "ce"))

@@ -1,0 +1,47 @@
+"""`ragc` usage errors, in-process: a clear message on stderr and exit code 2, before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.main import EXIT_USAGE, main
+
+
+@pytest.fixture
+def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RAGC_STATE_DIR", str(tmp_path / "state"))
+    root = tmp_path / "beir"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "t", "text": "aspirin"}) + "\n")
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "does aspirin help?"}) + "\n")
+    for split in ("train", "test"):
+        (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["eval", "--dataset", "{missing}"], "no queries.jsonl"),
+        (["eval", "--dataset", "{dataset}", "--pipeline", "magic"], "unknown pipeline"),
+        (["eval", "--dataset", "{dataset}", "--split", "dev"], "no qrels for split 'dev'"),
+        (["train-reranker", "--dataset", "{dataset}", "--split", "test", "--out", "{out}"], "held out"),
+    ],
+)
+def test_usage_errors_exit_2_with_the_reason(
+    argv: list[str], message: str, dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = {"missing": str(tmp_path / "nope"), "dataset": str(dataset), "out": str(tmp_path / "out")}
+    assert main([arg.format(**paths) for arg in argv]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "state" / "run").exists(), "nothing was started"
+
+
+def test_a_bad_config_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("serve:\n  default_top_k: many\n")
+    assert main(["status", "--config", str(config)]) == EXIT_USAGE
+    assert "bad configuration" in capsys.readouterr().err
