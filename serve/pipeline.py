@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from cachetools import TTLCache
+from pydantic import ValidationError
 
 from cluster.config import ServeConfig
 from serve import metrics
@@ -113,7 +114,12 @@ class QueryPipeline:
         if emit:
             await emit("stage", {"stage": "cache", **cache_report.model_dump()})
         if cached is not None:
-            return await self._replay(QueryResponse.model_validate(cached), cache_report, request_id, emit)
+            try:
+                hit = QueryResponse.model_validate(cached)
+            except ValidationError as exc:  # an entry of another version: answer afresh, never fail on the cache
+                logger.warning("cache entry unreadable, answering afresh", extra={"error": str(exc)[:200]})
+            else:
+                return await self._replay(hit, cache_report, request_id, emit)
         response = await self._run(request, tenant, filter_expr, request_id, emit)
         response.stages = {"cache": cache_report, **response.stages}
         if scope is not None and response.cacheable():

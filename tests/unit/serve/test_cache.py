@@ -114,3 +114,15 @@ def test_index_version_is_read_once_per_ttl() -> None:
     ask(p, "q")
     ask(p, "q")
     assert stages.calls.count("index_version") == 1
+
+
+def test_an_unreadable_cache_entry_is_answered_afresh() -> None:
+    stages = FakeStages(passages())
+    p = pipeline(stages)
+    first = ask(p, "How are tenants kept apart?")
+    assert first["stages"]["cache"]["status"] == "miss"
+    l1 = p._cache._l1  # type: ignore[union-attr]
+    for key in list(l1):
+        l1[key] = {"answer": "an entry written by another version"}
+    again = ask(p, "How are tenants kept apart?")
+    assert again["answer"] == first["answer"] and again["stages"]["retrieve"]["status"] == "ok"
