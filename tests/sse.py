@@ -26,6 +26,7 @@ class Stream:
 
 def post_stream(url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float) -> Stream:
     started = time.perf_counter()
+    headers = dict(headers)  # connect_sse adds its Accept header to the mapping it is given
     with httpx.Client(timeout=timeout_s) as client, connect_sse(client, "POST", url, json=body, headers=headers) as src:
         stream = Stream(src.response.status_code, src.response.headers.get("content-type", ""))
         if stream.status != 200:

@@ -76,6 +76,7 @@ def service(
     faulty.serve.faults.delay_s = {"synthesize": 5.0}
     faulty.serve.synthesize.timeout_s = 0.5
     faulty.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # untrained head: exercises the mechanics only
+    faulty.serve.rerank.timeout_s = 60.0  # 4 requests' pairs in one fp32 batch take seconds on a slow CPU
     faulty.serve.cache.enabled = False
     deploy(faulty, "faulty", "/faulty")
     mismatch = cfg.model_copy(deep=True)
@@ -136,7 +137,8 @@ def test_tenant_b_never_sees_tenant_a_even_with_its_exact_text(service: dict[str
     alpha_text = (DEMO_CORPUS / "security" / "tenant-isolation.md").read_text().split("\n\n")[1]
     out = ask(service, {"query": alpha_text, "top_k": 10}, headers=BETA).json()
     assert out["tenant"] == "beta"
-    assert out["passages"] and all(p["doc_id"].startswith("beta-") for p in out["passages"])
+    # nothing of beta's is near alpha's paragraph: beta abstains rather than see alpha's chunk
+    assert out["abstained"] is True and out["passages"] == [], out["passages"][:2]
     out = ask(service, {"query": BETA_SECRET, "top_k": 10}).json()
     assert all(p["doc_id"] in alpha_doc_ids() for p in out["passages"])
     assert "zeppelin" not in out["answer"]
