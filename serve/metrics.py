@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from ray.serve.metrics import Counter, Histogram
 
+# Ray annotates `tag_keys` as a one-element tuple (`Tuple[str]`); any tuple of names is what it takes.
+STAGE_TAGS: Any = ("stage", "status")
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -35,9 +38,9 @@ def query_metrics() -> QueryMetrics:
             "ragc_stage_seconds",
             "Stage latency as seen by the ingress",
             boundaries=STAGE_BOUNDARIES_S,
-            tag_keys=("stage", "status"),
+            tag_keys=STAGE_TAGS,
         ),
-        fallbacks=Counter("ragc_stage_fallbacks", "Stage fallbacks and errors", tag_keys=("stage", "status")),
+        fallbacks=Counter("ragc_stage_fallbacks", "Stage fallbacks and errors", tag_keys=STAGE_TAGS),
         abstentions=Counter("ragc_abstentions", "Queries answered with an abstention"),
         requests=Counter("ragc_requests", "Query requests by HTTP status", tag_keys=("code",)),
         incidents=Counter("ragc_incidents", "Isolation incidents (dropped foreign passages)", tag_keys=("kind",)),
