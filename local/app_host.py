@@ -30,7 +30,10 @@ def start_serve(cfg: RagcConfig) -> None:
     from cluster.ray_runtime import ensure_ray
     from serve.app import build_app
 
-    ensure_ray(cfg)
+    # the local cluster's Ray serves every replica's metrics on a known port; job Rays (ingest, eval) pick their own
+    ensure_ray(
+        cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"metrics_export_port": cfg.local.metrics_port})})
+    )
     serve.start(
         http_options={
             "host": cfg.serve.http_host,

@@ -87,7 +87,7 @@ def status(cfg: RagcConfig) -> dict[str, Any]:
     redis = cfg.redis.url or ((state.get("redis") or {}).get("url") if processes["redis"]["running"] else None)
     return {
         "http": http_url(cfg),
-        "metrics": f"http://{cfg.local.host}:{cfg.ray.metrics_export_port}/metrics",
+        "metrics": f"http://{cfg.local.host}:{cfg.local.metrics_port}/metrics",
         "milvus": milvus,
         "redis": redis if cfg.redis.enabled else None,
         "redis_note": state.get("redis_note") if not redis else None,

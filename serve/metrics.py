@@ -1,7 +1,7 @@
 """Metrics of the query path, recorded through Ray Serve's metrics API.
 
 Every replica's figures reach Ray's metrics agent on its node, which Prometheus scrapes (port
-`ray.metrics_export_port` locally, the Ray pods' `metrics` port on Kubernetes): a scrape sees every replica,
+`local.metrics_port` for `ragc up`, the Ray pods' `metrics` port on Kubernetes): a scrape sees every replica,
 each series tagged with its deployment and replica. Names gain Ray's `ray_` prefix (`ray_ragc_requests_total`).
 The objects are made on first use inside the replica, so Serve's tags are attached; outside Ray recording is a
 no-op (unit tests)."""

@@ -13,11 +13,12 @@ class RayConfig(Section):
     )
     num_cpus: int | None = Field(default=None, ge=1, description="CPUs of the local Ray instance")
     object_store_memory_mb: int = Field(default=512, ge=64)
-    metrics_export_port: int = Field(
-        default=8090,
+    metrics_export_port: int | None = Field(
+        default=None,
         gt=0,
         lt=65536,
-        description="where a local Ray instance's metrics agent serves Prometheus metrics (every replica's)",
+        description="where a local Ray instance's metrics agent serves Prometheus metrics; unset = a free port "
+        "Ray picks (the local cluster's app host uses `local.metrics_port`)",
     )
 
 
@@ -26,4 +27,7 @@ class LocalConfig(Section):
     milvus_port: int = Field(default=19530, gt=0, lt=65536)
     redis_port: int = Field(default=6380, gt=0, lt=65536)
     http_port: int = Field(default=8000, gt=0, lt=65536)
+    metrics_port: int = Field(
+        default=8090, gt=0, lt=65536, description="Prometheus metrics of every Serve replica (`ragc up`'s Ray)"
+    )
     start_timeout_s: float = Field(default=120.0, gt=0)
