@@ -5,6 +5,7 @@ The training itself runs as a Ray task with GPUs when the cluster has any, else 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sys
@@ -37,7 +38,14 @@ class TrainRequest:
     limit: int = 0
 
 
-def training_queries(req: TrainRequest) -> EvalSet:
+def held_for_calibration(query_id: str, share: float, seed: int) -> bool:
+    """A fixed `share` of questions, chosen by a hash of their id: the same ones on every run and machine."""
+    digest = hashlib.sha256(f"{seed}:{query_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") < share * 2**64
+
+
+def training_queries(req: TrainRequest, recipe: RerankTrainingConfig) -> tuple[EvalSet, list[str]]:
+    """The split's questions the reranker trains on, and those kept for calibration (never trained on)."""
     if req.split in HELD_OUT_SPLITS:
         raise ValueError(f"the {req.split!r} split is held out for evaluation; train on another split")
     train = EvalSet.load(req.dataset, req.split, req.limit)
@@ -46,7 +54,9 @@ def training_queries(req: TrainRequest) -> EvalSet:
         if (req.dataset / "qrels" / f"{split}.tsv").exists():
             held_out |= set(load_qrels(req.dataset, split))
     kept = {q: t for q, t in train.queries.items() if q not in held_out}
-    return EvalSet(train.name, train.split, kept, {q: train.qrels[q] for q in kept})
+    calibration = sorted(q for q in kept if held_for_calibration(q, recipe.calibration_share, recipe.seed))
+    trained = {q: t for q, t in kept.items() if q not in set(calibration)}
+    return EvalSet(train.name, train.split, trained, {q: train.qrels[q] for q in trained}), calibration
 
 
 def first_chunks(client: Any, cfg: RagcConfig, doc_ids: list[str]) -> dict[str, str]:
@@ -104,7 +114,7 @@ def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
     from local.cluster import sidecars_running
 
     recipe = cfg.train_reranker
-    train = training_queries(req)
+    train, calibration = training_queries(req, recipe)
     ecfg = eval_collection(cfg, req.dataset)
     with sidecars_running(ecfg):
         ingest = ingest_dataset(ecfg, req.dataset)
@@ -127,6 +137,7 @@ def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
         "dataset": req.dataset.name,
         "split": req.split,
         "queries": len(train.queries),
+        "calibration_queries": calibration,
         "groups": len(groups),
         "recipe": recipe.model_dump(mode="json"),
         "ingest": {k: ingest[k] for k in ("chunks_embedded", "chunks_total", "seconds")},

@@ -39,5 +39,12 @@ class RerankTrainingConfig(Section):
         lt=1,
         description="share of the last steps whose weights are averaged into the saved model (0 = the last step's)",
     )
+    calibration_share: float = Field(
+        default=0.2,
+        ge=0,
+        lt=1,
+        description="share of the split's questions kept out of training (a fixed hash of their ids), so that "
+        "`ragc calibrate-abstention` fits the answerability model on questions the reranker never saw",
+    )
     seed: int = 13
     gpus: float = Field(default=1.0, ge=0, description="GPUs of the Ray task when the cluster has any")
