@@ -154,6 +154,7 @@ def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
         reranker=args.reranker,
         unanswerable=args.unanswerable,
         floor_split=args.floor_split,
+        answerability=args.answerability,
         endpoint=args.endpoint,
         api_key=args.api_key,
     )
@@ -178,6 +179,17 @@ def cmd_train_reranker(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
     request = TrainRequest(dataset=args.dataset, split=args.split, out=args.out, limit=args.limit)
     print(json.dumps(run_training(cfg, request), default=str))
+    return EXIT_OK
+
+
+def cmd_calibrate_abstention(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from training.abstention import CalibrationRequest, run_calibration
+
+    reranker = args.reranker or cfg.serve.rerank.model
+    if not reranker:
+        raise ValueError("calibration needs the reranker it is for: pass --reranker or set serve.rerank.model")
+    request = CalibrationRequest(dataset=args.dataset, reranker=reranker, out=args.out, split=args.split)
+    print(json.dumps(run_calibration(cfg, request), default=str))
     return EXIT_OK
 
 
@@ -273,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--unanswerable", type=Path, help="file of query ids whose answer is not in the corpus: abstention rates"
     )
     evaluate.add_argument("--floor-split", default="train", help="split the similarity floor is chosen on")
+    evaluate.add_argument(
+        "--answerability",
+        type=Path,
+        help="with --unanswerable: the calibration to compare with the cosine floor (default: the one beside "
+        "the reranker, when there is one)",
+    )
     evaluate.add_argument("--endpoint", help="evaluate a running service over HTTP instead")
     evaluate.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="with --endpoint")
     evaluate.set_defaults(func=cmd_eval)
@@ -292,6 +310,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", type=Path, required=True)
     train.add_argument("--limit", type=int, default=0, help="first N training queries; 0 = all")
     train.set_defaults(func=cmd_train_reranker)
+
+    calibrate = sub.add_parser(
+        "calibrate-abstention",
+        parents=[common],
+        help="fit the answerability model on the TRAIN split of an abstention variant (ragc eval-variant)",
+    )
+    calibrate.add_argument("--dataset", type=Path, required=True, help="an abstention variant")
+    calibrate.add_argument("--reranker", help="the cross-encoder it is for (default: serve.rerank.model)")
+    calibrate.add_argument("--out", type=Path, help="default: answerability.json beside the reranker")
+    calibrate.add_argument("--split", default="train")
+    calibrate.set_defaults(func=cmd_calibrate_abstention)
     return parser
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.beir import Qrels, iter_corpus, load_qrels, load_queries, write_qrels
+from serve.answerability import FEATURES, AnswerabilityModel
 
 VARIANT_SPLITS = ("train", "test")
 UNANSWERABLE_FILE = "unanswerable.txt"
@@ -72,6 +73,11 @@ class Rates:
     def as_dict(self) -> dict[str, float]:
         return {"floor": round(self.floor, 4), "abstention": self.abstention, "false_abstention": self.false_abstention}
 
+    @classmethod
+    def of(cls, point: Any) -> Rates:
+        """From a calibration file's operating point."""
+        return cls(point.threshold, point.abstention, point.false_abstention)
+
 
 def rates_at(floor: float, best: dict[str, float | None], unanswerable: set[str]) -> Rates:
     """`best`: question id -> best candidate cosine (None: no candidate at all)."""
@@ -103,3 +109,50 @@ def choose_floor(best: dict[str, float | None], unanswerable: set[str]) -> Rates
 def split_members(qrels: Qrels, unanswerable: set[str]) -> tuple[list[str], list[str]]:
     answerable = [q for q in qrels if q not in unanswerable]
     return answerable, [q for q in qrels if q in unanswerable]
+
+
+def trade_off_auc(scores: dict[str, float | None], unanswerable: set[str]) -> float:
+    """Area under the abstention / false-abstention curve a threshold on `scores` sweeps (abstain below it):
+    the chance that an unanswerable question scores below an answerable one (0.5 = no signal)."""
+    from sklearn.metrics import roc_auc_score
+
+    ids = list(scores)
+    answerable = [int(q not in unanswerable) for q in ids]
+    if len(set(answerable)) < 2:
+        raise ValueError("the area needs both answerable and unanswerable questions")
+    ranked = [-1e9 if scores[q] is None else scores[q] for q in ids]  # no candidate: abstains at any threshold
+    return round(float(roc_auc_score(answerable, ranked)), 4)
+
+
+def signal_section(
+    features: dict[str, list[float] | None],
+    model: AnswerabilityModel,
+    unanswerable: set[str],
+    floors: dict[str, float],
+) -> dict[str, Any]:
+    """The calibrated answerability on the evaluated questions, at the operating point chosen at calibration,
+    alone and behind each cosine floor in `floors` (name -> floor), and the areas under each curve."""
+    cosine_at = FEATURES.index("max_cosine")
+    cosines = {q: None if f is None else f[cosine_at] for q, f in features.items()}
+    signal = {q: None if f is None else model.probability(f) for q, f in features.items()}
+    threshold = model.operating_point.threshold
+    behind = {
+        name: {q: p if _reaches(cosines[q], floor) else None for q, p in signal.items()}
+        for name, floor in floors.items()
+    }
+    arms = {"cosine": cosines, "signal": signal} | {f"signal+{name}": scores for name, scores in behind.items()}
+    return {
+        "threshold": threshold,
+        "floors": floors,
+        "test": {
+            name: rates_at(threshold, scores, unanswerable).as_dict()
+            for name, scores in arms.items()
+            if name != "cosine"
+        },
+        "auc": {name: trade_off_auc(scores, unanswerable) for name, scores in arms.items()},
+        "curves": {name: [r.as_dict() for r in curve(scores, unanswerable)] for name, scores in arms.items()},
+    }
+
+
+def _reaches(cosine: float | None, floor: float) -> bool:
+    return cosine is not None and cosine >= floor

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 
 from cluster.config import RagcConfig
 from cluster.models import SentenceTransformerEmbedder
-from serve.stages.rerank import PairScorer, rerank_order, rerank_pairs
+from serve.answerability import answerability_features
+from serve.stages.rerank import PairScorer, best_scores, rerank_order, rerank_pairs
 from serve.stages.retrieve import ArmHits, HybridRetriever
 from serve.types import Passage
 
@@ -91,6 +92,7 @@ class PipelineRunner:
         # one search per arm per question, fused per pipeline and floor (same candidate counts = same hits)
         self._hits: dict[tuple[bool, str, str | None], ArmHits] = {}
         self._embedder = SentenceTransformerEmbedder(cfg.embedding)  # one model load for every floor
+        self._pair_scores: dict[tuple[str, str], float] = {}
 
     def check(self, spec: PipelineSpec) -> None:
         if spec.rerank and self._scorer is None:
@@ -145,3 +147,15 @@ class PipelineRunner:
         passages = self.passages(SERVICE_HYBRID, query, NO_FLOOR)
         cosines = [p.dense_score for p in passages if p.dense_score is not None]
         return max(cosines) if cosines else None
+
+    def answerability_features(self, query: str, withheld: frozenset[str] = frozenset()) -> list[float] | None:
+        """What the service's answerability model reads for this question: the service's hybrid candidates
+        (no floor) and the cross-encoder over its rerank head. `withheld`: documents taken out first, as if
+        the corpus lacked them (an answerable question made unanswerable)."""
+        assert self._scorer is not None, "answerability needs the reranker"
+        candidates = [p for p in self.passages(SERVICE_HYBRID, query, NO_FLOOR) if p.doc_id not in withheld]
+        head = rerank_pairs(query, candidates[: self._cfg.serve.rerank.depth])
+        todo = [pair for pair in dict.fromkeys(head) if pair not in self._pair_scores]
+        self._pair_scores.update(zip(todo, self._scorer.score(todo), strict=True))
+        cosines = [p.dense_score for p in candidates if p.dense_score is not None]
+        return answerability_features(best_scores([self._pair_scores[p] for p in head]), max(cosines, default=None))

@@ -44,10 +44,30 @@ def write_report(result: dict[str, Any], output: Path) -> list[Path]:
             f"![abstention trade-off]({chart.name})",
             "",
         ]
+        if "answerability" in abstention:
+            lines += _signal_table(abstention)
     report = output.with_suffix(".md")
     report.write_text("\n".join(lines), encoding="utf-8")
     written.append(report)
     return written
+
+
+def _signal_table(abstention: dict[str, Any]) -> list[str]:
+    signal, test = abstention["answerability"], abstention["test"]
+    rows = [
+        "### Answerability signal beside the cosine floor",
+        "",
+        f"Calibration: `{signal['calibration']}`; operating point chosen on its TRAIN questions: probability "
+        f">= {signal['threshold']:.4f}; {signal['seconds_per_query'] * 1000:.0f} ms per question to score here.",
+        "",
+        "| decides | abstention | false abstention | area under the curve |",
+        "|---|---|---|---|",
+        f"| cosine floor {abstention['chosen_on_train']['floor']} | {test['abstention']} | "
+        f"{test['false_abstention']} | {signal['auc']['cosine']} |",
+    ]
+    for name, rates in signal["test"].items():
+        rows.append(f"| {name} | {rates['abstention']} | {rates['false_abstention']} | {signal['auc'][name]} |")
+    return [*rows, ""]
 
 
 def _bar_chart(pipelines: dict[str, dict[str, float]], path: Path, title: str) -> None:
@@ -79,9 +99,17 @@ def _curve_chart(abstention: dict[str, Any], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(5.5, 4.0))
     for split, points in abstention["curves"].items():
-        ax.plot([p["false_abstention"] for p in points], [p["abstention"] for p in points], label=split)
-    chosen = abstention["chosen_on_train"]
+        ax.plot([p["false_abstention"] for p in points], [p["abstention"] for p in points], label=f"cosine, {split}")
+    chosen, test = abstention["chosen_on_train"], abstention["test"]
     ax.scatter([chosen["false_abstention"]], [chosen["abstention"]], marker="o", color="black", label="chosen floor")
+    ax.scatter([test["false_abstention"]], [test["abstention"]], marker="x", color="black", label="floor on test")
+    signal = abstention.get("answerability")
+    if signal:
+        for name, points in signal["curves"].items():
+            if name != "cosine":
+                ax.plot([p["false_abstention"] for p in points], [p["abstention"] for p in points], label=name)
+        at = signal["test"]["signal"]
+        ax.scatter([at["false_abstention"]], [at["abstention"]], marker="*", s=90, color="red", label="signal on test")
     ax.axhline(abstention["targets"]["abstention"], linestyle=":", color="grey")
     ax.axvline(abstention["targets"]["false_abstention"], linestyle=":", color="grey")
     ax.set_xlabel("false abstention (answerable questions)")

@@ -16,10 +16,12 @@ from cluster.config import RagcConfig
 from evals.abstention import (
     TARGET_ABSTENTION,
     TARGET_FALSE_ABSTENTION,
+    Rates,
     choose_floor,
     curve,
     rates_at,
     read_ids,
+    signal_section,
     split_members,
 )
 from evals.beir import EvalSet, corpus_files
@@ -27,6 +29,7 @@ from evals.hyde import InProcessHyde
 from evals.metrics import METRICS, Ranking, mean_metrics, per_query
 from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, SERVICE_HYBRID, PipelineRunner, PipelineSpec
 from evals.report import write_report
+from serve.answerability import CALIBRATION_FILE, AnswerabilityModel
 
 EVAL_TENANT = "eval"
 EVAL_COLLECTION_PREFIX = "ragc_eval_"
@@ -42,6 +45,7 @@ class EvalRequest:
     reranker: str | None = None
     unanswerable: Path | None = None
     floor_split: str = "train"
+    answerability: Path | None = None
     endpoint: str | None = None
     api_key: str | None = None
 
@@ -135,16 +139,35 @@ def score_pipeline(rank: Callable[[str], Ranking], eval_set: EvalSet) -> dict[st
     return metrics
 
 
-def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalSet) -> dict[str, Any]:
+def calibration_for(req: EvalRequest, cfg: RagcConfig) -> Path | None:
+    """`--answerability`, else the calibration beside the reranker when there is one."""
+    if req.answerability is not None:
+        return req.answerability
+    beside = Path(cfg.serve.rerank.model) / CALIBRATION_FILE if cfg.serve.rerank.model else None
+    return beside if beside is not None and beside.is_file() else None
+
+
+def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalSet, cfg: RagcConfig) -> dict[str, Any]:
+    """The cosine floor chosen on TRAIN (or, for a dataset without a TRAIN split, the one the calibration
+    chose), and with a calibration, the answerability signal beside it on the same questions."""
     assert req.unanswerable is not None
     unanswerable = read_ids(req.unanswerable)
-    tune = EvalSet.load(req.dataset, req.floor_split)
-    if set(tune.queries) & set(eval_set.queries):
-        raise ValueError(f"split {req.floor_split!r} shares questions with {req.split!r}: the floor would see the test")
-    best_tune = runner.best_cosines(tune.queries)  # choosing the floor needs only each question's nearest chunk
+    calibration = calibration_for(req, cfg)
+    model = AnswerabilityModel.load(calibration) if calibration else None
+    curves: dict[str, Any] = {}
+    if (req.dataset / "qrels" / f"{req.floor_split}.tsv").exists():
+        tune = EvalSet.load(req.dataset, req.floor_split)
+        if set(tune.queries) & set(eval_set.queries):
+            raise ValueError(f"split {req.floor_split!r} shares questions with {req.split!r}: the floor would see it")
+        best_tune = runner.best_cosines(tune.queries)  # choosing the floor needs only each question's nearest chunk
+        chosen, floor_from = choose_floor(best_tune, unanswerable), req.floor_split
+        curves[req.floor_split] = [r.as_dict() for r in curve(best_tune, unanswerable)]
+    elif model is not None and model.cosine_floor is not None:
+        chosen, floor_from = Rates.of(model.cosine_floor), f"calibration ({model.recipe.get('dataset')})"
+    else:
+        raise ValueError(f"{req.dataset} has no {req.floor_split!r} split to choose a floor on: pass --answerability")
     runner.prefetch(list(eval_set.queries.values()), service_depth=True)
     best_eval = {q: runner.max_cosine(text) for q, text in eval_set.queries.items()}
-    chosen = choose_floor(best_tune, unanswerable)
     # the test figures come from the retriever itself with that floor, not from the cosines above
     empty = {q for q, text in eval_set.queries.items() if not runner.passages(SERVICE_HYBRID, text, chosen.floor)}
     answerable, unanswered = split_members(eval_set.qrels, unanswerable)
@@ -158,17 +181,25 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
         "predicted_from_cosines": rates_at(chosen.floor, best_eval, unanswerable).as_dict(),
     }
     met = abstention >= TARGET_ABSTENTION and false_abstention <= TARGET_FALSE_ABSTENTION
-    return {
-        "floor_split": req.floor_split,
+    curves[req.split] = [r.as_dict() for r in curve(best_eval, unanswerable)]
+    section = {
+        "floor_split": floor_from,
         "chosen_on_train": chosen.as_dict(),
         "test": test,
         "targets": {"abstention": TARGET_ABSTENTION, "false_abstention": TARGET_FALSE_ABSTENTION},
         "targets_met": met,
-        "curves": {
-            req.floor_split: [r.as_dict() for r in curve(best_tune, unanswerable)],
-            req.split: [r.as_dict() for r in curve(best_eval, unanswerable)],
-        },
+        "curves": curves,
     }
+    if model is not None:
+        started = time.perf_counter()
+        features = {q: runner.answerability_features(text) for q, text in eval_set.queries.items()}
+        floors = {"chosen_floor": chosen.floor, "service_floor": cfg.serve.retrieve.similarity_floor}
+        signal = signal_section(features, model, unanswerable, floors)
+        signal["calibration"] = str(calibration)
+        signal["chosen_on_train"] = model.operating_point.model_dump()
+        signal["seconds_per_query"] = round((time.perf_counter() - started) / max(1, len(features)), 4)
+        section["answerability"] = signal
+    return section
 
 
 def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
@@ -193,7 +224,8 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         result["ephemeral_cluster"] = ephemeral
         result["ingest"] = ingest_dataset(ecfg, req.dataset)
         hyde = _hyde(ecfg, specs)
-        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=_scorer(ecfg, specs), hyde=hyde)
+        signal = req.unanswerable is not None and calibration_for(req, ecfg) is not None
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=_scorer(ecfg, specs, signal), hyde=hyde)
         for spec in specs:
             runner.check(spec)
         pipelines: dict[str, Any] = {}
@@ -209,7 +241,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
             result["hyde"] = hyde.statuses
         result["pipelines"] = pipelines
         if req.unanswerable:
-            result["abstention"] = abstention_section(runner, req, eval_set)
+            result["abstention"] = abstention_section(runner, req, eval_set, ecfg)
     result["default_pipeline"] = default_pipeline(cfg)
     result["similarity_floor"] = cfg.serve.retrieve.similarity_floor
     result["reranker"] = cfg.serve.rerank.model
@@ -222,8 +254,10 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
     return result
 
 
-def _scorer(cfg: RagcConfig, specs: list[PipelineSpec]) -> Any:
-    if not any(s.rerank for s in specs) or not cfg.serve.rerank.model:
+def _scorer(cfg: RagcConfig, specs: list[PipelineSpec], answerability: bool) -> Any:
+    if answerability and not cfg.serve.rerank.model:
+        raise ValueError("the answerability calibration reads a reranker's scores: pass --reranker")
+    if not (answerability or any(s.rerank for s in specs)) or not cfg.serve.rerank.model:
         return None
     from serve.stages.rerank import CrossEncoderScorer
 
@@ -241,4 +275,7 @@ def stdout_summary(result: dict[str, Any]) -> dict[str, Any]:
     out = dict(result)
     if "abstention" in out:
         out["abstention"] = {k: v for k, v in out["abstention"].items() if k != "curves"}
+        if "answerability" in out["abstention"]:
+            signal = out["abstention"]["answerability"]
+            out["abstention"]["answerability"] = {k: v for k, v in signal.items() if k != "curves"}
     return out

@@ -17,7 +17,7 @@ from serve.stages.rerank import RerankStage
 from serve.stages.retrieve import RetrieveStage
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import SynthesizeStage
-from serve.types import Passage, RetrievalResult, RewriteResult, StageStatusName, Synthesis
+from serve.types import Passage, Reranked, RetrievalResult, RewriteResult, Synthesis
 
 STAGE_CLASSES = {
     "rewrite": RewriteStage,
@@ -75,7 +75,7 @@ class HandleReranker:
     def __init__(self, handle: DeploymentHandle) -> None:
         self._handle = handle
 
-    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
+    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> Reranked:
         return await self._handle.rerank.remote(query, passages, top_n)
 
 

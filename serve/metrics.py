@@ -41,7 +41,9 @@ def query_metrics() -> QueryMetrics:
             tag_keys=STAGE_TAGS,
         ),
         fallbacks=Counter("ragc_stage_fallbacks", "Stage fallbacks and errors", tag_keys=STAGE_TAGS),
-        abstentions=Counter("ragc_abstentions", "Queries answered with an abstention"),
+        abstentions=Counter(
+            "ragc_abstentions", "Queries answered with an abstention, by the signal that decided", tag_keys=("signal",)
+        ),
         requests=Counter("ragc_requests", "Query requests by HTTP status", tag_keys=("code",)),
         incidents=Counter("ragc_incidents", "Isolation incidents (dropped foreign passages)", tag_keys=("kind",)),
         cache=Counter("ragc_cache_lookups", "Response cache lookups by outcome", tag_keys=("status",)),

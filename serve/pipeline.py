@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from cluster.config import ServeConfig
 from serve import metrics
+from serve.answerability import AnswerabilityModel, abstain_below, answerability_features
 from serve.cache import CacheScope, ResponseCache
 from serve.errors import UnavailableError
 from serve.extractive import extractive_answer
@@ -72,10 +73,17 @@ async def emit_tokens(answer: str, emit: Emit | None) -> None:
 
 
 class QueryPipeline:
-    def __init__(self, cfg: ServeConfig, stages: Stages, cache: ResponseCache | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        stages: Stages,
+        cache: ResponseCache | None = None,
+        answerability: AnswerabilityModel | None = None,
+    ) -> None:
         self._cfg = cfg
         self._stages = stages
         self._cache = cache
+        self._answerability = answerability
         self._version: TTLCache[str, int] = TTLCache(1, ttl=cfg.retrieve.index_version_ttl_s)
 
     async def index_version(self) -> int:
@@ -185,22 +193,34 @@ class QueryPipeline:
 
         used = RetrievalQuery(query=query, hyde_passage=hyde_passage)
         if not passages:
-            return self._abstain(reports, retrieved.index_version, request_id, tenant, used)
+            reports["rerank"] = StageStatus(status="skipped", detail="nothing to rerank")
+            why = "no passage above the similarity floor"
+            return self._abstain(reports, "floor", why, None, retrieved.index_version, request_id, tenant, used)
 
         started = time.perf_counter()
+        candidates, top_scores = passages, []
         if want_rerank:
             try:
-                ranked, status = await call_stage(
-                    "rerank", lambda: self._stages.reranker.rerank(query, passages, top_k), cfg.rerank.timeout_s
+                reranked = await call_stage(
+                    "rerank", lambda: self._stages.reranker.rerank(query, candidates, top_k), cfg.rerank.timeout_s
                 )
-                passages = ranked
-                await report("rerank", status, started)
+                passages, top_scores = reranked.passages, reranked.top_scores
+                await report("rerank", reranked.status, started)
             except StageFailure as failure:
                 passages = passages[:top_k]
                 await report("rerank", "fallback", started, f"fusion order kept: {failure.reason}")
         else:
             passages = passages[:top_k]
             await report("rerank", "skipped", started, "not requested")
+
+        started = time.perf_counter()
+        answerable, verdict = self._judge(candidates, top_scores)
+        await report("answerability", "skipped" if answerable is None else "ok", started, verdict)
+        if answerable is not None and answerable < self._abstain_below():
+            why = "the passages are unlikely to answer the question (answerability below the calibrated threshold)"
+            return self._abstain(
+                reports, "answerability", why, answerable, retrieved.index_version, request_id, tenant, used
+            )
 
         started = time.perf_counter()
         streamed = False
@@ -242,7 +262,25 @@ class QueryPipeline:
             request_id=request_id,
             tenant=tenant,
             retrieval_query=used,
+            answerability=answerable,
         )
+
+    def _abstain_below(self) -> float:
+        assert self._answerability is not None
+        return abstain_below(self._cfg, self._answerability)
+
+    def _judge(self, candidates: list[Passage], top_scores: list[float]) -> tuple[float | None, str]:
+        """The calibrated probability that the passages answer the question (None: the cosine floor alone
+        decided), and what the `answerability` stage report says."""
+        if self._answerability is None:
+            return None, "not calibrated: the cosine floor alone decides"
+        cosines = [p.dense_score for p in candidates if p.dense_score is not None]
+        features = answerability_features(top_scores, max(cosines, default=None))
+        if features is None:
+            return None, "no cross-encoder scores (rerank skipped or fell back): the cosine floor alone decides"
+        probability = self._answerability.probability(features)
+        threshold = self._abstain_below()
+        return probability, f"p={probability:.3f} {'<' if probability < threshold else '>='} {threshold:.3f}"
 
     @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:
@@ -266,11 +304,19 @@ class QueryPipeline:
         return [p for p in passages if p.tenant_id == tenant] if foreign else passages
 
     def _abstain(
-        self, reports: dict[str, StageStatus], index_version: int, request_id: str, tenant: str, used: RetrievalQuery
+        self,
+        reports: dict[str, StageStatus],
+        signal: str,
+        why: str,
+        answerable: float | None,
+        index_version: int,
+        request_id: str,
+        tenant: str,
+        used: RetrievalQuery,
     ) -> QueryResponse:
-        metrics.query_metrics().abstentions.inc()
-        reports["rerank"] = StageStatus(status="skipped", detail="nothing to rerank")
-        reports["synthesize"] = StageStatus(status="skipped", detail="abstained: no passage above the similarity floor")
+        """The abstention answer; the LLM is never called for it."""
+        metrics.query_metrics().abstentions.inc(tags={"signal": signal})
+        reports["synthesize"] = StageStatus(status="skipped", detail=f"abstained: {why}")
         return QueryResponse(
             answer=self._cfg.abstain_answer,
             citations=[],
@@ -282,4 +328,5 @@ class QueryPipeline:
             request_id=request_id,
             tenant=tenant,
             retrieval_query=used,
+            answerability=answerable,
         )

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from serve.types import Passage, RetrievalResult, RewriteResult, StageStatusName, Synthesis
+from serve.types import Passage, Reranked, RetrievalResult, RewriteResult, Synthesis
 
 
 class Rewriter(Protocol):
@@ -31,8 +31,8 @@ class Retriever(Protocol):
 
 
 class Reranker(Protocol):
-    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
-        """The top_n passages in the reranked order, and whether the cross-encoder ran."""
+    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> Reranked:
+        """The top_n passages in the reranked order, whether the cross-encoder ran, and its best scores."""
         ...
 
 

@@ -54,6 +54,17 @@ class RetrievalResult:
 
 
 @dataclass
+class Reranked:
+    passages: list[Passage]  # the top_n in reranked order
+    status: StageStatusName
+    top_scores: list[float] = field(default_factory=list)  # best cross-encoder logits of every scored candidate
+
+    @property
+    def scored(self) -> bool:
+        return bool(self.top_scores)
+
+
+@dataclass
 class RewriteResult:
     query: str
     hyde_passage: str | None = None
@@ -144,11 +155,18 @@ class QueryResponse(BaseModel):
     passages: list[PassageOut]
     abstained: bool
     grounded: bool = Field(description="the answer cites at least one passage that was sent")
-    stages: dict[str, StageStatus] = Field(description="cache, rewrite, retrieve, rerank, synthesize, in order")
+    stages: dict[str, StageStatus] = Field(
+        description="cache, rewrite, retrieve, rerank, answerability, synthesize, in order"
+    )
     index_version: int
     request_id: str
     tenant: str
     retrieval_query: RetrievalQuery
+    answerability: float | None = Field(
+        default=None,
+        description="calibrated probability that the passages answer the question; null when the cosine floor "
+        "alone decided (no calibration, or no cross-encoder scores)",
+    )
 
     def cacheable(self) -> bool:
         """Only full answers are cached: a fallback caused by a passing fault must not outlive it."""

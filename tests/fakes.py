@@ -66,6 +66,7 @@ class FakeStages:
         self.arms = arms or {"dense": "ok", "bm25": "ok"}
         self.calls: list[str] = []
         self.version = 3
+        self.rerank_scores = [4.0, 1.0, 0.5]  # the cross-encoder's best logits the fake reports
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -89,8 +90,10 @@ class FakeStages:
         return RetrievalResult(list(self.passages), index_version=3, arms=dict(self.arms))
 
     async def rerank(self, query, passages, top_n):  # type: ignore[no-untyped-def]
+        from serve.types import Reranked
+
         await self._enter("rerank")
-        return list(reversed(passages))[:top_n], "ok"
+        return Reranked(list(reversed(passages))[:top_n], "ok", list(self.rerank_scores))
 
     async def synthesize_stream(self, query, passages):  # type: ignore[no-untyped-def]
         """Streams "LLM answer [1]" token by token; `synthesize_midstream` fails after the first token."""

@@ -16,6 +16,7 @@ from cluster.config.runtime import LocalConfig, RayConfig
 from cluster.config.serve import (
     EQUALITY_OPS,
     STAGES,
+    AnswerabilityConfig,
     AuthConfig,
     CacheConfig,
     DeploymentConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "ENV_PREFIX",
     "EQUALITY_OPS",
     "STAGES",
+    "AnswerabilityConfig",
     "AuthConfig",
     "CacheConfig",
     "ChunkingConfig",

@@ -222,6 +222,22 @@ class CacheConfig(Section):
     lookup_timeout_s: float = Field(default=0.3, gt=0, description="a slower cache is bypassed")
 
 
+class AnswerabilityConfig(Section):
+    """Abstention after rerank: a calibrated probability that the passages answer the question."""
+
+    calibration: str | None = Field(
+        default="auto",
+        description="file written by `ragc calibrate-abstention`; auto = answerability.json beside the "
+        "configured reranker when it exists; null = the cosine floor alone decides",
+    )
+    min_probability: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="abstain below this probability; unset = the operating point chosen at calibration",
+    )
+
+
 class StageFaults(Section):
     """Test-only fault hooks: a stage sleeps this long before working (seconds); all off by default."""
 
@@ -245,6 +261,7 @@ class ServeConfig(Section):
     rewrite: RewriteConfig = Field(default_factory=RewriteConfig)
     retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
+    answerability: AnswerabilityConfig = Field(default_factory=AnswerabilityConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 from cluster.config import RagcConfig
 from cluster.redis_conn import redis_url
 from serve import metrics
+from serve.answerability import load_answerability
 from serve.cache import open_response_cache
 from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
@@ -88,7 +89,7 @@ class Ingress:
         self._auth = Authenticator(self._scfg.auth, self._scfg.http_host)
         password = self._cfg.redis.password.resolve()
         cache = open_response_cache(self._cfg, redis_url(self._cfg), password)
-        self._pipeline = QueryPipeline(self._scfg, stages, cache)
+        self._pipeline = QueryPipeline(self._scfg, stages, cache, load_answerability(self._scfg))
         self._readiness = readiness
         self._llm_state = llm_state
         self._ready = False  # once ready, always ready: a replica that cannot serve fails its health check

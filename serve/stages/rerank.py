@@ -11,9 +11,10 @@ from ray import serve
 
 from cluster.config import DeploymentConfig, RagcConfig, RerankConfig
 from cluster.models import available_cpus, pick_device, pick_dtype, resolve_model_path, set_torch_threads
+from serve.answerability import TOP_SCORES
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
-from serve.types import Passage, StageStatusName
+from serve.types import Passage, Reranked
 
 Pairs = list[tuple[str, str]]
 
@@ -75,6 +76,11 @@ def rerank_pairs(query: str, passages: list[Passage]) -> Pairs:
     return [(query, pair_text(p.title, p.text)) for p in passages]
 
 
+def best_scores(scores: list[float]) -> list[float]:
+    """What answerability reads of the cross-encoder: its best logits, whatever order the passages take."""
+    return sorted(scores, reverse=True)[:TOP_SCORES]
+
+
 def order_by_scores(passages: list[Passage], scores: list[float], top_n: int) -> list[Passage]:
     ranked = sorted(zip(passages, scores, strict=True), key=lambda ps: -ps[1])
     out = []
@@ -125,13 +131,13 @@ class RerankStage(FaultHooks):
             start += len(pairs)
         return out
 
-    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> tuple[list[Passage], StageStatusName]:
+    async def rerank(self, query: str, passages: list[Passage], top_n: int) -> Reranked:
         if self._scorer is None:
-            return passages[:top_n], "skipped"
+            return Reranked(passages[:top_n], "skipped")
         await self._injected_delay()
         head = passages[: self._cfg.depth]
         scores = await self._score_batch(rerank_pairs(query, head))
-        return rerank_order(head, scores, top_n, self._cfg), "ok"
+        return Reranked(rerank_order(head, scores, top_n, self._cfg), "ok", best_scores(scores))
 
     def check_health(self) -> None:
         """Serve's health check: a replica that should score but has no model is replaced."""

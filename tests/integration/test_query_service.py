@@ -120,6 +120,7 @@ def test_cited_answer_from_ingested_documents(service: dict[str, Any]) -> None:
         "rewrite": "skipped",
         "retrieve": "ok",
         "rerank": "skipped",
+        "answerability": "skipped",
         "synthesize": "ok",
     }
     assert out["index_version"] >= 2 and out["request_id"]
@@ -256,7 +257,14 @@ def test_streaming_sends_stages_tokens_and_the_final_object(service: dict[str, A
     events = stream.events
     kinds = stream.kinds()
     assert kinds[-1] == "final" and "token" in kinds
-    assert {d["stage"] for e, d in events if e == "stage"} == {"cache", "rewrite", "retrieve", "rerank", "synthesize"}
+    assert {d["stage"] for e, d in events if e == "stage"} == {
+        "cache",
+        "rewrite",
+        "retrieve",
+        "rerank",
+        "answerability",
+        "synthesize",
+    }
     final = events[-1][1]
     assert "".join(d["text"] for e, d in events if e == "token").strip() == final["answer"].strip()
     assert final["citations"]

@@ -29,6 +29,9 @@ def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["eval", "--dataset", "{dataset}", "--pipeline", "magic"], "unknown pipeline"),
         (["eval", "--dataset", "{dataset}", "--split", "dev"], "no qrels for split 'dev'"),
         (["train-reranker", "--dataset", "{dataset}", "--split", "test", "--out", "{out}"], "held out"),
+        (["calibrate-abstention", "--dataset", "{dataset}"], "pass --reranker"),
+        (["calibrate-abstention", "--dataset", "{dataset}", "--reranker", "{out}", "--split", "test"], "held out"),
+        (["calibrate-abstention", "--dataset", "{dataset}", "--reranker", "{out}"], "make an abstention variant"),
     ],
 )
 def test_usage_errors_exit_2_with_the_reason(

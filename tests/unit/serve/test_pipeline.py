@@ -3,6 +3,7 @@ import asyncio
 import pytest
 
 from cluster.config import RagcConfig
+from serve.answerability import FEATURES, AnswerabilityModel, OperatingPoint
 from serve.errors import DeadlineError, UnavailableError
 from serve.pipeline import QueryPipeline
 from serve.types import Passage, QueryRequest
@@ -26,8 +27,13 @@ def config(**serve: object) -> RagcConfig:
     return RagcConfig.model_validate({"serve": base})
 
 
-def run(stages: FakeStages, request: QueryRequest, cfg: RagcConfig | None = None) -> dict:
-    pipeline = QueryPipeline((cfg or config()).serve, fake_stages(stages))
+def run(
+    stages: FakeStages,
+    request: QueryRequest,
+    cfg: RagcConfig | None = None,
+    answerability: AnswerabilityModel | None = None,
+) -> dict:
+    pipeline = QueryPipeline((cfg or config()).serve, fake_stages(stages), answerability=answerability)
     return asyncio.run(pipeline.run(request, "t1", "", "req-1")).model_dump(mode="json")
 
 
@@ -38,6 +44,7 @@ def test_happy_path_reports_every_stage() -> None:
         "rewrite": "ok",
         "retrieve": "ok",
         "rerank": "ok",
+        "answerability": "skipped",
         "synthesize": "ok",
     }
     assert out["answer"] == "LLM answer [1]" and out["citations"][0]["chunk_id"] == out["passages"][0]["chunk_id"]
@@ -111,3 +118,50 @@ def test_remote_failures_are_reported_by_their_cause() -> None:
 
     assert failure_reason(Wrapped()) == "RuntimeError: both retrieval arms failed: dense: timeout"
     assert failure_reason(ValueError("a\nb")) == "ValueError: b"
+
+
+def top_logit_model(threshold: float = 0.5) -> AnswerabilityModel:
+    """p = sigmoid(top logit): answerable above a logit of 0 (the other features weigh nothing)."""
+    n = len(FEATURES)
+    return AnswerabilityModel(
+        features=list(FEATURES),
+        mean=[0.0] * n,
+        scale=[1.0] * n,
+        coef=[1.0] + [0.0] * (n - 1),
+        intercept=0.0,
+        operating_point=OperatingPoint(threshold=threshold, abstention=0.5, false_abstention=0.05),
+        reranker="test",
+    )
+
+
+def test_a_calibrated_answerability_lets_a_strong_match_through() -> None:
+    stages = FakeStages(passages())
+    out = run(stages, QueryRequest(query="q"), answerability=top_logit_model())
+    assert not out["abstained"] and out["answerability"] > 0.95 and "synthesize" in stages.calls
+    assert out["stages"]["answerability"]["status"] == "ok" and ">=" in out["stages"]["answerability"]["detail"]
+
+
+def test_a_low_answerability_abstains_after_rerank_without_calling_the_llm() -> None:
+    stages = FakeStages(passages())
+    stages.rerank_scores = [-3.0, -4.0, -5.0]
+    out = run(stages, QueryRequest(query="q"), answerability=top_logit_model())
+    assert out["abstained"] and out["answer"] == "I don't have documents covering that." and out["citations"] == []
+    assert "rerank" in stages.calls and "synthesize" not in stages.calls
+    assert out["answerability"] < 0.05 and out["stages"]["synthesize"]["detail"].startswith("abstained: ")
+
+
+def test_the_configured_probability_overrides_the_calibrated_one() -> None:
+    stages = FakeStages(passages())  # top logit 4: p = 0.982
+    cfg = config(answerability={"min_probability": 0.99})
+    out = run(stages, QueryRequest(query="q"), cfg, answerability=top_logit_model(threshold=0.5))
+    assert out["abstained"] and "< 0.990" in out["stages"]["answerability"]["detail"]
+
+
+@pytest.mark.parametrize("rerank", ["fallback", "not requested"])
+def test_without_cross_encoder_scores_the_cosine_floor_alone_decides(rerank: str) -> None:
+    stages = FakeStages(passages(), fail={"rerank"} if rerank == "fallback" else None)
+    stages.rerank_scores = [-3.0, -4.0, -5.0]  # would abstain, had the reranker answered
+    out = run(stages, QueryRequest(query="q", rerank=rerank == "fallback"), answerability=top_logit_model())
+    assert not out["abstained"] and out["answerability"] is None
+    assert out["stages"]["answerability"]["status"] == "skipped"
+    assert "cosine floor alone decides" in out["stages"]["answerability"]["detail"]

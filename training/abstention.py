@@ -1,0 +1,170 @@
+"""`ragc calibrate-abstention`: fit the answerability model (serve/answerability.py) on the TRAIN split of an
+abstention variant (`ragc eval-variant`), on the questions the reranker was never trained on.
+
+Examples: each calibration question as it is (unanswerable when the variant removed its documents), and each
+answerable one again with its relevant documents withheld from the candidates, which is how the variant makes
+a question unanswerable; the withheld copies balance the classes. The operating point is chosen on
+cross-validated probabilities (a model scores its own training examples too well), at the false-abstention
+budget the cosine floor is held to."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster.config import RagcConfig
+from evals.abstention import TARGET_FALSE_ABSTENTION, UNANSWERABLE_FILE, choose_floor, curve, read_ids
+from evals.beir import EvalSet
+from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
+from serve.answerability import CALIBRATION_FILE, FEATURES, AnswerabilityModel, OperatingPoint
+from training.train_reranker import HELD_OUT_SPLITS, TRAINING_RECORD
+
+COSINE = FEATURES.index("max_cosine")
+FOLDS = 5
+REGULARISATION_C = 1.0
+
+
+@dataclass
+class CalibrationRequest:
+    dataset: Path
+    reranker: str
+    out: Path | None = None
+    split: str = "train"
+
+    def output(self) -> Path:
+        return self.out or Path(self.reranker) / CALIBRATION_FILE
+
+
+@dataclass
+class Examples:
+    ids: list[str]
+    features: list[list[float]]
+    unanswerable: set[str]  # the ids labelled unanswerable
+
+    def labels(self) -> list[int]:
+        return [int(i not in self.unanswerable) for i in self.ids]  # 1 = answerable
+
+
+def calibration_questions(req: CalibrationRequest) -> tuple[EvalSet, set[str], bool]:
+    """The split's questions the reranker never trained on (all of them when it did not record which), the
+    variant's unanswerable ones, and whether the reranker's record named them."""
+    if req.split in HELD_OUT_SPLITS:
+        raise ValueError(f"the {req.split!r} split is held out for evaluation; calibrate on another split")
+    if not (req.dataset / UNANSWERABLE_FILE).exists():
+        raise ValueError(f"{req.dataset} has no {UNANSWERABLE_FILE}: make an abstention variant with ragc eval-variant")
+    questions = EvalSet.load(req.dataset, req.split)
+    record = Path(req.reranker) / TRAINING_RECORD
+    held = json.loads(record.read_text()).get("calibration_queries") if record.exists() else None
+    if held is not None:
+        keep = set(held)
+        if not keep & set(questions.queries):
+            raise ValueError(f"none of the reranker's calibration questions are in split {req.split!r}")
+        queries = {q: t for q, t in questions.queries.items() if q in keep}
+        questions = EvalSet(questions.name, questions.split, queries, {q: questions.qrels[q] for q in queries})
+    return questions, read_ids(req.dataset / UNANSWERABLE_FILE), held is not None
+
+
+def collect_examples(runner: Any, questions: EvalSet, unanswerable: set[str]) -> Examples:
+    runner.prefetch(list(questions.queries.values()), service_depth=True)
+    ids: list[str] = []
+    features: list[list[float]] = []
+    negatives: set[str] = set()
+    for qid, text in questions.queries.items():
+        relevant = frozenset(d for d, grade in questions.qrels[qid].items() if grade > 0)
+        variants: list[tuple[str, frozenset[str], bool]] = [(qid, frozenset(), qid in unanswerable)]
+        if qid not in unanswerable:
+            variants.append((f"{qid}/withheld", relevant, True))
+        for example, withheld, is_negative in variants:
+            row = runner.answerability_features(text, withheld)
+            if row is None:
+                continue  # nothing retrieved: the cosine floor abstains anyway
+            ids.append(example)
+            features.append(row)
+            if is_negative:
+                negatives.add(example)
+    return Examples(ids, features, negatives)
+
+
+def fit(examples: Examples, seed: int) -> tuple[AnswerabilityModel, list[float]]:
+    """Logistic regression on standardised features, and its cross-validated probabilities."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    labels = examples.labels()
+    if len(set(labels)) < 2 or min(labels.count(0), labels.count(1)) < FOLDS:
+        raise ValueError(f"too few examples of one class to calibrate: {labels.count(1)} answerable, {labels.count(0)}")
+
+    def model() -> Any:
+        return make_pipeline(StandardScaler(), LogisticRegression(C=REGULARISATION_C, class_weight="balanced"))
+
+    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=seed)
+    held_out = cross_val_predict(model(), examples.features, labels, cv=folds, method="predict_proba")[:, 1]
+    fitted = model().fit(examples.features, labels)
+    scaler, regression = fitted[0], fitted[-1]
+    placeholder = OperatingPoint(threshold=0.5, abstention=0.0, false_abstention=0.0)
+    out = AnswerabilityModel(
+        features=list(FEATURES),
+        mean=[float(v) for v in scaler.mean_],
+        scale=[float(v) for v in scaler.scale_],
+        coef=[float(v) for v in regression.coef_[0]],
+        intercept=float(regression.intercept_[0]),
+        operating_point=placeholder,
+        reranker="",
+    )
+    return out, [float(p) for p in held_out]
+
+
+def point(rates: Any) -> OperatingPoint:
+    return OperatingPoint(threshold=rates.floor, abstention=rates.abstention, false_abstention=rates.false_abstention)
+
+
+def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
+    from evals.pipelines import PipelineRunner
+    from local.cluster import sidecars_running
+    from serve.stages.rerank import CrossEncoderScorer
+
+    questions, unanswerable, named = calibration_questions(req)
+    cfg = cfg.model_copy(deep=True)
+    cfg.serve.rerank.model = req.reranker
+    ecfg = eval_collection(cfg, req.dataset)
+    with sidecars_running(ecfg):
+        ingest = ingest_dataset(ecfg, req.dataset)
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=CrossEncoderScorer(ecfg.serve.rerank))
+        print(f"calibrate-abstention: {len(questions.queries)} questions", file=sys.stderr, flush=True)
+        examples = collect_examples(runner, questions, unanswerable)
+    model, probabilities = fit(examples, cfg.train_reranker.seed)
+    held_out = dict(zip(examples.ids, probabilities, strict=True))
+    cosines = {i: row[COSINE] for i, row in zip(examples.ids, examples.features, strict=True)}
+    model.operating_point = point(choose_floor(dict(held_out), examples.unanswerable))
+    model.cosine_floor = point(choose_floor(dict(cosines), examples.unanswerable))
+    model.train_curve = [point(r) for r in curve(dict(held_out), examples.unanswerable)]
+    model.reranker = str(Path(req.reranker).resolve())
+    model.recipe = {
+        "model": "logistic regression on standardised features, balanced classes",
+        "C": REGULARISATION_C,
+        "operating_point": f"most abstention at false abstention <= {TARGET_FALSE_ABSTENTION} on {FOLDS}-fold "
+        "cross-validated probabilities",
+        "dataset": req.dataset.name,
+        "split": req.split,
+        "questions": len(questions.queries),
+        "questions_the_reranker_never_saw": named,
+        "examples": len(examples.ids),
+        "unanswerable_examples": len(examples.unanswerable),
+        "withheld_copies": sum(i.endswith("/withheld") for i in examples.ids),
+    }
+    out = req.output()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(model.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return {
+        "calibration": str(out.resolve()),
+        "operating_point": model.operating_point.model_dump(),
+        "cosine_floor": model.cosine_floor.model_dump(),
+        "coef": dict(zip(model.features, model.coef, strict=True)),
+        "recipe": model.recipe,
+        "ingest": {k: ingest[k] for k in ("chunks_embedded", "chunks_total", "seconds")},
+    }
