@@ -32,22 +32,38 @@ def quality(gate_cli: RagcCli, gate_dir: Path, scifact: Path, reranker: dict[str
 
 
 @pytest.fixture(scope="session")
-def abstention(gate_cli: RagcCli, gate_dir: Path, scifact: Path, quality: dict[str, Any]) -> dict[str, Any]:
-    variant = gate_dir / "scifact_abstention"
-    gate_cli("eval-variant", "--dataset", str(scifact), "--out", str(variant))
+def variant(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> Path:
+    out = gate_dir / "scifact_abstention"
+    gate_cli("eval-variant", "--dataset", str(scifact), "--out", str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def calibration(gate_cli: RagcCli, variant: Path, reranker: dict[str, Any], quality: dict[str, Any]) -> dict[str, Any]:
+    return gate_cli("calibrate-abstention", "--dataset", str(variant), "--reranker", reranker["model"])
+
+
+@pytest.fixture(scope="session")
+def abstention(
+    gate_cli: RagcCli, gate_dir: Path, variant: Path, reranker: dict[str, Any], calibration: dict[str, Any]
+) -> dict[str, Any]:
+    """The variant's TEST questions: the cosine floor, and the calibration beside the reranker."""
     output = gate_dir / "report" / "abstention.json"
-    gate_cli(
+    printed = gate_cli(
         "eval",
         "--dataset",
         str(variant),
         "--pipeline",
         "hybrid",
+        "--reranker",
+        reranker["model"],
         "--unanswerable",
         str(variant / "unanswerable.txt"),
         "--output",
         str(output),
     )
-    return dict(json.loads(output.read_text()))  # with the trade-off curves, which stdout leaves out
+    # the file has the trade-off curves, which stdout leaves out
+    return dict(json.loads(output.read_text())) | {"written": printed["written"]}
 
 
 def ndcg(result: dict[str, Any], pipeline: str) -> float:
@@ -102,6 +118,36 @@ def test_abstention_on_the_variant(abstention: dict[str, Any]) -> None:
     # no floor on TRAIN's curve (steps of 0.01) abstains more within the false-abstention budget than the chosen one
     within = [p for p in section["curves"]["train"] if p["false_abstention"] <= section["targets"]["false_abstention"]]
     assert within and section["chosen_on_train"]["abstention"] >= max(p["abstention"] for p in within)
+
+
+def test_answerability_is_calibrated_on_train_questions_the_reranker_never_saw(
+    calibration: dict[str, Any], reranker: dict[str, Any]
+) -> None:
+    recipe = calibration["recipe"]
+    assert recipe["split"] == "train" and recipe["questions_the_reranker_never_saw"]
+    assert recipe["questions"] == len(reranker["calibration_queries"]) > 50
+    assert recipe["unanswerable_examples"] >= 50 and recipe["examples"] > recipe["unanswerable_examples"]
+    assert calibration["operating_point"]["false_abstention"] <= 0.05
+
+
+def test_answerability_abstains_on_twice_as_many_as_the_cosine_floor(abstention: dict[str, Any]) -> None:
+    """Issue #16: at the operating points chosen on TRAIN, twice the floor's abstention on TEST at the same or
+    lower false abstention, and a larger area under the trade-off curve."""
+    section = abstention["abstention"]
+    floor, signal = section["test"], section["answerability"]
+    assert signal["calibration"].endswith("answerability.json")
+    ours = signal["test"]["signal"]
+    assert ours["abstention"] >= 2 * floor["abstention"], (ours, floor)
+    assert ours["false_abstention"] <= floor["false_abstention"], (ours, floor)
+    assert signal["auc"]["signal"] > signal["auc"]["cosine"], signal["auc"]
+
+
+def test_the_abstention_report_draws_both_curves(abstention: dict[str, Any]) -> None:
+    written = [Path(p) for p in abstention["written"]]
+    report = next(p for p in written if p.suffix == ".md").read_text()
+    assert "Answerability signal beside the cosine floor" in report and "| signal |" in report
+    chart = next(p for p in written if p.name.endswith("_abstention.png"))
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.xfail(
