@@ -10,7 +10,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval lint bench-ingest loadtest clean
+.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -72,6 +72,17 @@ test:
 # `ragc eval` on SciFact test with every pipeline that needs no LLM; report in .ragc/eval/.
 eval: setup
 	HF_HUB_OFFLINE=1 $(RAGC) eval --dataset ../shared/data/scifact --output .ragc/eval/scifact.json
+
+# Abstention with a trained reranker (RERANKER=DIR, from `ragc train-reranker`): calibrate on the SciFact
+# variant's TRAIN, then the cosine floor and the answerability signal on its TEST and on INSCIT (report only).
+RERANKER ?= .ragc/reranker
+eval-abstention: setup
+	HF_HUB_OFFLINE=1 $(RAGC) eval-variant --dataset ../shared/data/scifact --out .ragc/scifact_abstention
+	HF_HUB_OFFLINE=1 $(RAGC) calibrate-abstention --dataset .ragc/scifact_abstention --reranker $(RERANKER)
+	HF_HUB_OFFLINE=1 $(RAGC) eval --dataset .ragc/scifact_abstention --pipeline hybrid --reranker $(RERANKER) \
+		--unanswerable .ragc/scifact_abstention/unanswerable.txt --output .ragc/eval/abstention.json
+	HF_HUB_OFFLINE=1 $(RAGC) eval --dataset ../shared/data/inscit --pipeline hybrid --reranker $(RERANKER) \
+		--unanswerable ../shared/data/inscit/unanswerable.txt --output .ragc/eval/inscit_abstention.json
 
 bench-ingest: setup
 	HF_HUB_OFFLINE=1 $(RAGC) up --no-app

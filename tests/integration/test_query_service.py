@@ -21,6 +21,7 @@ from cluster.config import RagcConfig
 from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
+from serve.answerability import FEATURES, AnswerabilityModel, OperatingPoint
 from tests.integration.conftest import free_port, make_config
 from tests.sse import post_stream
 
@@ -39,6 +40,23 @@ def deploy(cfg: RagcConfig, name: str, prefix: str) -> None:
     from serve.app import build_app
 
     serve.run(build_app(cfg), name=name, route_prefix=prefix, blocking=False)
+
+
+def lenient_calibration(path: Path) -> Path:
+    """A calibration that finds everything answerable: the untrained head's logits mean nothing, so this
+    checks the mechanics (file loaded by the ingress, scores carried back from the rerank replica)."""
+    n = len(FEATURES)
+    model = AnswerabilityModel(
+        features=list(FEATURES),
+        mean=[0.0] * n,
+        scale=[1.0] * n,
+        coef=[0.0] * n,
+        intercept=8.0,
+        operating_point=OperatingPoint(threshold=0.5, abstention=0.0, false_abstention=0.0),
+        reranker="packaged:all-MiniLM-L6-v2",
+    )
+    path.write_text(model.model_dump_json())
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +96,7 @@ def service(
     faulty.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # untrained head: exercises the mechanics only
     faulty.serve.rerank.timeout_s = 60.0  # 4 requests' pairs in one fp32 batch take seconds on a slow CPU
     faulty.serve.cache.enabled = False
+    faulty.serve.answerability.calibration = str(lenient_calibration(root / "answerability.json"))
     deploy(faulty, "faulty", "/faulty")
     mismatch = cfg.model_copy(deep=True)
     mismatch.embedding.model_id = "BAAI/bge-small-en-v1.5"
@@ -287,6 +306,7 @@ def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
         stages = out["stages"]
         assert stages["retrieve"]["status"] == "fallback" and "dense" in stages["retrieve"]["detail"]
         assert stages["rerank"]["status"] == "ok", "a real cross-encoder reranked (batched across requests)"
+        assert stages["answerability"]["status"] == "ok" and out["answerability"] > 0.99, "the calibration decided"
         assert stages["synthesize"]["status"] == "fallback" and "timed out" in stages["synthesize"]["detail"]
         assert out["citations"] and "[1]" in out["answer"]
 
