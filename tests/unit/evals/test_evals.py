@@ -113,9 +113,11 @@ def test_pipeline_choice_and_the_default() -> None:
 
 
 def test_stdout_summary_leaves_the_curves_to_the_report() -> None:
-    result = {"abstention": {"curves": {"train": []}, "test": {}}, "queries": 3}
-    assert stdout_summary(result) == {"abstention": {"test": {}}, "queries": 3}
-    assert "curves" in result["abstention"]
+    signal = {"curves": {"signal": []}, "auc": {"signal": 0.8}}
+    result = {"abstention": {"curves": {"train": []}, "test": {}, "answerability": signal}, "queries": 3}
+    summary = {"abstention": {"test": {}, "answerability": {"auc": {"signal": 0.8}}}, "queries": 3}
+    assert stdout_summary(result) == summary
+    assert "curves" in result["abstention"] and "curves" in result["abstention"]["answerability"]
 
 
 def fused(scope: str, cosines: dict[str, float]) -> list[str]:
