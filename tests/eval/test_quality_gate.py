@@ -131,13 +131,16 @@ def test_answerability_is_calibrated_on_train_questions_the_reranker_never_saw(
 
 
 def test_answerability_abstains_on_twice_as_many_as_the_cosine_floor(abstention: dict[str, Any]) -> None:
-    """Issue #16: at the operating points chosen on TRAIN, twice the floor's abstention on TEST at the same or
-    lower false abstention, and a larger area under the trade-off curve."""
+    """Issue #16: at its operating point chosen on TRAIN, the signal abstains on TEST on at least twice as many
+    unanswerable questions as the cosine floor does at the same or lower false abstention (the floor's best
+    case: any floor, chosen on TEST itself), falsely abstains no more than the floor chosen on TRAIN, and has
+    a larger area under the trade-off curve."""
     section = abstention["abstention"]
     floor, signal = section["test"], section["answerability"]
     assert signal["calibration"].endswith("answerability.json")
-    ours = signal["test"]["signal"]
-    assert ours["abstention"] >= 2 * floor["abstention"], (ours, floor)
+    ours, matched = signal["test"]["signal"], signal["cosine_at_the_same_false_abstention"]
+    assert matched["false_abstention"] <= ours["false_abstention"]
+    assert ours["abstention"] > 0 and ours["abstention"] >= 2 * matched["abstention"], (ours, matched)
     assert ours["false_abstention"] <= floor["false_abstention"], (ours, floor)
     assert signal["auc"]["signal"] > signal["auc"]["cosine"], signal["auc"]
 

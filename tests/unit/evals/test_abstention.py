@@ -40,3 +40,6 @@ def test_the_signal_is_scored_alone_and_behind_each_floor() -> None:
     assert section["test"]["signal+floor"] == {"floor": 0.5, "abstention": 1.0, "false_abstention": 0.6667}
     assert section["auc"]["signal"] == section["auc"]["cosine"], "a monotone function of the cosine ranks alike"
     assert set(section["curves"]) == {"cosine", "signal", "signal+floor"}
+    # the best any cosine floor does on these questions without more false abstention than the signal's
+    assert section["cosine_at_the_same_false_abstention"]["false_abstention"] <= 0.3333
+    assert section["cosine_at_the_same_false_abstention"]["abstention"] == 1.0  # a floor of 0.6 beats it here
