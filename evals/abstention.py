@@ -129,13 +129,16 @@ def signal_section(
     model: AnswerabilityModel,
     unanswerable: set[str],
     floors: dict[str, float],
+    threshold: float | None = None,
 ) -> dict[str, Any]:
-    """The calibrated answerability on the evaluated questions, at the operating point chosen at calibration,
-    alone and behind each cosine floor in `floors` (name -> floor), and the areas under each curve."""
+    """The calibrated answerability on the evaluated questions, at `threshold` (default: the operating point
+    chosen at calibration), alone and behind each cosine floor in `floors` (name -> floor), and the areas
+    under each curve."""
     cosine_at = FEATURES.index("max_cosine")
     cosines = {q: None if f is None else f[cosine_at] for q, f in features.items()}
     signal = {q: None if f is None else model.probability(f) for q, f in features.items()}
-    threshold = model.operating_point.threshold
+    if threshold is None:
+        threshold = model.operating_point.threshold
     behind = {
         name: {q: p if _reaches(cosines[q], floor) else None for q, p in signal.items()}
         for name, floor in floors.items()

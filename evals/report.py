@@ -57,8 +57,9 @@ def _signal_table(abstention: dict[str, Any]) -> list[str]:
     rows = [
         "### Answerability signal beside the cosine floor",
         "",
-        f"Calibration: `{signal['calibration']}`; operating point chosen on its TRAIN questions: probability "
-        f">= {signal['threshold']:.4f}; {signal['seconds_per_query'] * 1000:.0f} ms per question to score here.",
+        f"Calibration: `{signal['calibration']}`; the service answers at probability >= {signal['threshold']:.4f} "
+        f"(the operating point chosen on TRAIN: {signal['chosen_on_train']['threshold']:.4f}); "
+        f"{signal['seconds_per_query'] * 1000:.0f} ms per question to score here.",
         "",
         "| decides | abstention | false abstention | area under the curve |",
         "|---|---|---|---|",

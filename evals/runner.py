@@ -29,7 +29,7 @@ from evals.hyde import InProcessHyde
 from evals.metrics import METRICS, Ranking, mean_metrics, per_query
 from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, SERVICE_HYBRID, PipelineRunner, PipelineSpec
 from evals.report import write_report
-from serve.answerability import CALIBRATION_FILE, AnswerabilityModel
+from serve.answerability import CALIBRATION_FILE, AnswerabilityModel, abstain_below
 
 EVAL_TENANT = "eval"
 EVAL_COLLECTION_PREFIX = "ragc_eval_"
@@ -194,7 +194,8 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
         started = time.perf_counter()
         features = {q: runner.answerability_features(text) for q, text in eval_set.queries.items()}
         floors = {"chosen_floor": chosen.floor, "service_floor": cfg.serve.retrieve.similarity_floor}
-        signal = signal_section(features, model, unanswerable, floors)
+        # the operating point the service uses: serve.answerability.min_probability, else the calibrated one
+        signal = signal_section(features, model, unanswerable, floors, abstain_below(cfg.serve, model))
         signal["calibration"] = str(calibration)
         signal["chosen_on_train"] = model.operating_point.model_dump()
         signal["seconds_per_query"] = round((time.perf_counter() - started) / max(1, len(features)), 4)

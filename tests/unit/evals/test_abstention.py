@@ -43,3 +43,9 @@ def test_the_signal_is_scored_alone_and_behind_each_floor() -> None:
     # the best any cosine floor does on these questions without more false abstention than the signal's
     assert section["cosine_at_the_same_false_abstention"]["false_abstention"] <= 0.3333
     assert section["cosine_at_the_same_false_abstention"]["abstention"] == 1.0  # a floor of 0.6 beats it here
+
+
+def test_the_configured_operating_point_is_the_one_reported() -> None:
+    features = {"a1": [0.0, 0.0, 0.0, 0.9], "u1": [0.0, 0.0, 0.0, 0.4]}
+    section = signal_section(features, cosine_only(), {"u1"}, {}, threshold=0.99)
+    assert section["threshold"] == 0.99 and section["test"]["signal"]["false_abstention"] == 1.0
