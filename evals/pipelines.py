@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from cluster.config import RagcConfig
 from cluster.models import SentenceTransformerEmbedder
+from evals.pair_store import PairScoreStore
 from serve.answerability import answerability_features
 from serve.stages.rerank import PairScorer, best_scores, rerank_order, rerank_pairs
 from serve.stages.retrieve import ArmHits, HybridRetriever
@@ -82,6 +83,7 @@ class PipelineRunner:
         tenant: str,
         scorer: PairScorer | None = None,
         hyde: HydeWriter | None = None,
+        pair_store: PairScoreStore | None = None,
     ) -> None:
         self._cfg = eval_config(cfg)
         self._tenant = tenant
@@ -93,6 +95,7 @@ class PipelineRunner:
         self._hits: dict[tuple[bool, str, str | None], ArmHits] = {}
         self._embedder = SentenceTransformerEmbedder(cfg.embedding)  # one model load for every floor
         self._pair_scores: dict[tuple[str, str], float] = {}
+        self._pair_store = pair_store
 
     def check(self, spec: PipelineSpec) -> None:
         if spec.rerank and self._scorer is None:
@@ -130,7 +133,10 @@ class PipelineRunner:
         passages = retriever.fuse(self._hits[key].only(spec.dense, spec.bm25)).passages
         if spec.rerank and self._scorer is not None and passages:
             head = passages[: self._cfg.serve.rerank.depth]
-            scores = self._scorer.score(rerank_pairs(query, head))
+            pairs = rerank_pairs(query, head)
+            scores = self._scorer.score(pairs)  # always scored: this pipeline's time per query is measured
+            if self._pair_store is not None:
+                self._pair_store.put(pairs, scores)
             passages = rerank_order(head, scores, len(head), self._cfg.serve.rerank) + passages[len(head) :]
         return passages
 
@@ -148,6 +154,10 @@ class PipelineRunner:
         cosines = [p.dense_score for p in passages if p.dense_score is not None]
         return max(cosines) if cosines else None
 
+    @property
+    def pairs_reused(self) -> int:
+        return self._pair_store.reused if self._pair_store is not None else 0
+
     def answerability_features(self, query: str, withheld: frozenset[str] = frozenset()) -> list[float] | None:
         """What the service's answerability model reads for this question: the service's hybrid candidates
         (no floor) and the cross-encoder over its rerank head. `withheld`: documents taken out first, as if
@@ -156,6 +166,13 @@ class PipelineRunner:
         candidates = [p for p in self.passages(SERVICE_HYBRID, query, NO_FLOOR) if p.doc_id not in withheld]
         head = rerank_pairs(query, candidates[: self._cfg.serve.rerank.depth])
         todo = [pair for pair in dict.fromkeys(head) if pair not in self._pair_scores]
-        self._pair_scores.update(zip(todo, self._scorer.score(todo), strict=True))
+        if self._pair_store is not None and todo:
+            self._pair_scores.update(self._pair_store.get(todo))
+            todo = [pair for pair in todo if pair not in self._pair_scores]
+        if todo:
+            scores = self._scorer.score(todo)
+            self._pair_scores.update(zip(todo, scores, strict=True))
+            if self._pair_store is not None:
+                self._pair_store.put(todo, scores)
         cosines = [p.dense_score for p in candidates if p.dense_score is not None]
         return answerability_features(best_scores([self._pair_scores[p] for p in head]), max(cosines, default=None))

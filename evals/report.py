@@ -59,7 +59,8 @@ def _signal_table(abstention: dict[str, Any]) -> list[str]:
         "",
         f"Calibration: `{signal['calibration']}`; the service answers at probability >= {signal['threshold']:.4f} "
         f"(the operating point chosen on TRAIN: {signal['chosen_on_train']['threshold']:.4f}); "
-        f"{signal['seconds_per_query'] * 1000:.0f} ms per question to score here.",
+        f"{signal['seconds_per_query'] * 1000:.0f} ms per question to score here"
+        f" ({signal.get('pairs_reused', 0)} pairs' scores reused from an earlier run of this reranker).",
         "",
         "| decides | abstention | false abstention | area under the curve |",
         "|---|---|---|---|",

@@ -27,6 +27,7 @@ from evals.abstention import (
 from evals.beir import EvalSet, corpus_files
 from evals.hyde import InProcessHyde
 from evals.metrics import METRICS, Ranking, mean_metrics, per_query
+from evals.pair_store import pair_store_for
 from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, SERVICE_HYBRID, PipelineRunner, PipelineSpec
 from evals.report import write_report
 from serve.answerability import CALIBRATION_FILE, AnswerabilityModel, abstain_below
@@ -192,6 +193,7 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
     }
     if model is not None:
         started = time.perf_counter()
+        reused = runner.pairs_reused
         features = {q: runner.answerability_features(text) for q, text in eval_set.queries.items()}
         floors = {"chosen_floor": chosen.floor, "service_floor": cfg.serve.retrieve.similarity_floor}
         # the operating point the service uses: serve.answerability.min_probability, else the calibrated one
@@ -199,6 +201,7 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
         signal["calibration"] = str(calibration)
         signal["chosen_on_train"] = model.operating_point.model_dump()
         signal["seconds_per_query"] = round((time.perf_counter() - started) / max(1, len(features)), 4)
+        signal["pairs_reused"] = runner.pairs_reused - reused  # scored by an earlier run of this reranker
         section["answerability"] = signal
     return section
 
@@ -226,7 +229,9 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         result["ingest"] = ingest_dataset(ecfg, req.dataset)
         hyde = _hyde(ecfg, specs)
         signal = req.unanswerable is not None and calibration_for(req, ecfg) is not None
-        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=_scorer(ecfg, specs, signal), hyde=hyde)
+        scorer = _scorer(ecfg, specs, signal)
+        store = pair_store_for(ecfg) if scorer is not None else None
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=scorer, hyde=hyde, pair_store=store)
         for spec in specs:
             runner.check(spec)
         pipelines: dict[str, Any] = {}

@@ -124,6 +124,7 @@ def point(rates: Any) -> OperatingPoint:
 
 
 def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
+    from evals.pair_store import pair_store_for
     from evals.pipelines import PipelineRunner
     from local.cluster import sidecars_running
     from serve.stages.rerank import CrossEncoderScorer
@@ -134,7 +135,8 @@ def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
     ecfg = eval_collection(cfg, req.dataset)
     with sidecars_running(ecfg):
         ingest = ingest_dataset(ecfg, req.dataset)
-        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=CrossEncoderScorer(ecfg.serve.rerank))
+        scorer = CrossEncoderScorer(ecfg.serve.rerank)
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=scorer, pair_store=pair_store_for(ecfg))
         print(f"calibrate-abstention: {len(questions.queries)} questions", file=sys.stderr, flush=True)
         examples = collect_examples(runner, questions, unanswerable)
     model, probabilities = fit(examples, cfg.train_reranker.seed)

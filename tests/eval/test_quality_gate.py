@@ -145,6 +145,13 @@ def test_answerability_abstains_on_twice_as_many_as_the_cosine_floor(abstention:
     assert signal["auc"]["signal"] > signal["auc"]["cosine"], signal["auc"]
 
 
+def test_the_variant_reuses_the_scores_of_pairs_the_first_eval_scored(abstention: dict[str, Any]) -> None:
+    """The same test questions over nearly the same corpus: most cross-encoder pairs were already scored by
+    the SciFact eval, with the same weights, and are read back instead of scored again (~4 min of CI)."""
+    signal = abstention["abstention"]["answerability"]
+    assert signal["pairs_reused"] > 0.5 * 300 * 30, signal["pairs_reused"]
+
+
 def test_the_abstention_report_draws_both_curves(abstention: dict[str, Any]) -> None:
     written = [Path(p) for p in abstention["written"]]
     report = next(p for p in written if p.suffix == ".md").read_text()
