@@ -16,6 +16,7 @@ from ray.serve.metrics import Counter, Histogram
 
 # Ray annotates `tag_keys` as a one-element tuple (`Tuple[str]`); any tuple of names is what it takes.
 STAGE_TAGS: Any = ("stage", "status")
+CHECK_TAGS: Any = ("outcome", "attempts")
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -28,7 +29,7 @@ class QueryMetrics:
     incidents: Counter
     cache: Counter
     removed_citations: Counter
-    ungrounded: Counter
+    answer_checks: Counter
 
 
 @cache
@@ -50,7 +51,11 @@ def query_metrics() -> QueryMetrics:
         removed_citations=Counter(
             "ragc_removed_citations", "Citations in generated answers that pointed at no passage sent"
         ),
-        ungrounded=Counter("ragc_ungrounded_answers", "Generated answers with no valid citation"),
+        answer_checks=Counter(
+            "ragc_answer_checks",
+            "Generated answers by check outcome (passed, degenerate, uncited, unsupported, unchecked) and attempts",
+            tag_keys=CHECK_TAGS,
+        ),
     )
 
 

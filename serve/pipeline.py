@@ -24,11 +24,13 @@ from serve.types import (
     CacheStatus,
     Citation,
     Passage,
+    PassageOut,
     QueryRequest,
     QueryResponse,
     RetrievalQuery,
     StageStatus,
     StageStatusName,
+    StreamReset,
     Synthesis,
 )
 
@@ -231,6 +233,10 @@ class QueryPipeline:
             async for item in self._stages.synthesizer.synthesize_stream(request.query, passages):
                 if isinstance(item, Synthesis):
                     final = item
+                elif isinstance(item, StreamReset):
+                    if streamed and emit:
+                        await emit("reset", {"reason": item.reason})
+                    streamed = False
                 elif item:
                     streamed = True
                     if emit:
@@ -239,21 +245,27 @@ class QueryPipeline:
                 raise RuntimeError("synthesis ended without an answer")
             return final
 
+        failure_reason = None
         try:
             synthesis = await call_stage("synthesize", generate, cfg.synthesize.timeout_s)
+            self._count_check(synthesis)
+            failure_reason = synthesis.failed_check
+        except StageFailure as failure:
+            failure_reason = failure.reason
+        if failure_reason is None:
             await report("synthesize", "ok", started, self._synthesis_detail(synthesis))
             if not streamed:
                 await emit_tokens(synthesis.answer, emit)
-        except StageFailure as failure:
+        else:
             synthesis = extractive_answer(request.query, passages, cfg.synthesize)
-            await report("synthesize", "fallback", started, f"extractive answer: {failure.reason}")
+            await report("synthesize", "fallback", started, f"extractive answer: {failure_reason}")
             if streamed and emit:
                 await emit("reset", {"reason": "generation failed; the extractive answer follows"})
             await emit_tokens(synthesis.answer, emit)
         public = [p.public(n) for n, p in enumerate(passages, start=1)]
         return QueryResponse(
             answer=synthesis.answer,
-            citations=[Citation.of(public[n - 1]) for n in synthesis.cited if 1 <= n <= len(public)],
+            citations=[self._citation(public[n - 1], synthesis) for n in synthesis.cited if 1 <= n <= len(public)],
             passages=public,
             abstained=False,
             grounded=synthesis.grounded,
@@ -282,10 +294,22 @@ class QueryPipeline:
         threshold = self._abstain_below()
         return probability, f"p={probability:.3f} {'<' if probability < threshold else '>='} {threshold:.3f}"
 
+    def _citation(self, passage: PassageOut, synthesis: Synthesis) -> Citation:
+        if synthesis.mode == "extractive":  # its sentences are quoted from the passage it cites
+            return Citation.of(passage).model_copy(update={"supported": True})
+        return Citation.of(passage, synthesis.support.get(passage.n), self._cfg.synthesize.check.min_support)
+
+    @staticmethod
+    def _count_check(synthesis: Synthesis) -> None:
+        if synthesis.mode == "extractive":
+            return
+        outcome = "passed" if synthesis.checked else "unchecked"
+        if synthesis.failed_check:
+            outcome = synthesis.failed_check.split(" ")[0].rstrip(":")
+        metrics.query_metrics().answer_checks.inc(tags={"outcome": outcome, "attempts": str(synthesis.attempts)})
+
     @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:
-        if not synthesis.grounded:
-            metrics.query_metrics().ungrounded.inc()
         if synthesis.removed_citations:
             metrics.query_metrics().removed_citations.inc(synthesis.removed_citations)
             return f"{synthesis.mode}; removed {synthesis.removed_citations} citation(s) to passages not sent"

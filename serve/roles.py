@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from serve.types import Passage, Reranked, RetrievalResult, RewriteResult, Synthesis
+from serve.types import Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
 
 class Rewriter(Protocol):
@@ -37,7 +37,7 @@ class Reranker(Protocol):
 
 
 class Synthesizer(Protocol):
-    def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[str | Synthesis]:
+    def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[SynthesisItem]:
         """Text deltas as they are generated, then the checked `Synthesis`."""
         ...
 

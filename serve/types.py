@@ -76,9 +76,23 @@ class RewriteResult:
 class Synthesis:
     answer: str
     cited: list[int]
-    grounded: bool
+    grounded: bool  # every claim cited and supported (an extractive answer quotes its passages: always)
     mode: str
     removed_citations: int = 0
+    support: dict[int, float] = field(default_factory=dict)  # passage n -> the support it gave (checked answers)
+    failed_check: str | None = None  # why the answer must not be served (the pipeline falls back)
+    attempts: int = 1
+    checked: bool = False  # went through serve/answer_check.py
+
+
+@dataclass(frozen=True)
+class StreamReset:
+    """Sent mid-stream when the text streamed so far is withdrawn (it failed the answer check)."""
+
+    reason: str
+
+
+SynthesisItem = str | Synthesis | StreamReset  # what a synthesis stream yields: text, withdrawals, the end
 
 
 class Turn(BaseModel):
@@ -136,10 +150,19 @@ class Citation(BaseModel):
     title: str
     source: str
     score: float
+    supported: bool | None = Field(
+        default=None, description="the answer check found the claims citing it supported (null: not checked)"
+    )
+    support: float | None = Field(
+        default=None, description="best cosine between a claim citing it and one of its sentences"
+    )
 
     @classmethod
-    def of(cls, passage: PassageOut) -> Citation:
-        return cls.model_validate(passage.model_dump(include=set(cls.model_fields)))
+    def of(cls, passage: PassageOut, support: float | None = None, min_support: float | None = None) -> Citation:
+        fields = passage.model_dump(include=set(cls.model_fields))
+        if support is not None and min_support is not None:
+            fields |= {"support": round(support, 4), "supported": support >= min_support}
+        return cls.model_validate(fields)
 
 
 class RetrievalQuery(BaseModel):

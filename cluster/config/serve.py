@@ -167,6 +167,26 @@ class RewriteConfig(Section):
     cache_ttl_s: float = Field(default=3600.0, gt=0)
 
 
+class AnswerCheckConfig(Section):
+    """What a generated answer must pass before it is served (serve/answer_check.py)."""
+
+    enabled: bool = Field(default=True, description="off: the model's text is served as generated")
+    min_support: float = Field(
+        default=0.40,
+        ge=-1,
+        le=1,
+        description="least cosine between a claim and its cited passage's best sentence (chosen on SciFact "
+        "TRAIN: python -m training.support)",
+    )
+    retry: bool = Field(default=True, description="a failed answer is generated once more under a stricter prompt")
+    retry_within_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="retry only while at least this share of the synthesis timeout is left; else the extractive answer",
+    )
+
+
 class SynthesizeConfig(Section):
     timeout_s: float = Field(default=25.0, gt=0, description="whole generation (CPU default; tighten on GPU)")
     engine: str = Field(default="default", description="the `serve.llm.engines` entry that answers")
@@ -175,6 +195,7 @@ class SynthesizeConfig(Section):
     passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
     extractive_passages: int = Field(default=3, gt=0, description="passages quoted by the extractive answer")
     extractive_chars: int = Field(default=400, gt=0, description="characters quoted per passage")
+    check: AnswerCheckConfig = Field(default_factory=AnswerCheckConfig)
 
 
 def _llm_deployment() -> DeploymentConfig:

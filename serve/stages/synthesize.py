@@ -1,20 +1,25 @@
 """Answer synthesis: the LLM answers from numbered passages, streaming; its citations are checked
-against the passages sent. The extractive answer - the passages' best sentences, each cited [n] - is
-the stage's behaviour without an LLM and the pipeline's fallback when synthesis times out or fails."""
+against the passages sent, then the answer against them (serve/answer_check.py): an answer that fails is
+withdrawn from the stream and generated once more under a stricter prompt and a cited-sentences output
+constraint; failing again, it carries the reason and the pipeline serves the extractive answer. The
+extractive answer - the passages' best sentences, each cited [n] - is the stage's behaviour without an
+LLM and the pipeline's fallback when synthesis times out or fails."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from cluster.config import RagcConfig
+from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, as_generator
-from serve.llm.prompts import synthesis_messages
-from serve.types import Passage, Synthesis
+from serve.llm.prompts import cited_sentences_pattern, synthesis_messages
+from serve.types import Passage, StreamReset, Synthesis, SynthesisItem
 
 CITATION = re.compile(r"\[(\d+)\]")
 ORPHAN_SPACE = re.compile(r"[ \t]+([.,;:!?])")  # left where a removed citation stood before punctuation
@@ -45,15 +50,25 @@ class SynthesizeStage(FaultHooks):
     """Streams the LLM's answer (text deltas), then yields the checked `Synthesis`; without an LLM it
     yields the extractive answer alone."""
 
-    def __init__(self, config: dict[str, Any], llm: Any = None) -> None:
+    def __init__(self, config: dict[str, Any], llm: Any = None, support: SupportScorer | None = None) -> None:
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.synthesize
+        self._embedding = cfg.embedding
         self._llm = as_generator(llm)
+        self._support = support
         self.inject_delay(cfg.serve.faults.delay_s.get("synthesize", 0.0))
+
+    def _support_scorer(self) -> SupportScorer:
+        """The embedding model, loaded on the first answer to check (a stage without an LLM never needs it)."""
+        if self._support is None:
+            from cluster.models import SentenceTransformerEmbedder
+
+            self._support = EmbeddingSupport(SentenceTransformerEmbedder(self._embedding))
+        return self._support
 
     async def synthesize_stream(
         self, query: str, passages: list[Passage], output_pattern: str | None = None
-    ) -> AsyncIterator[str | Synthesis]:
+    ) -> AsyncIterator[SynthesisItem]:
         """`output_pattern` constrains the generated text (structured output), e.g. to force a format."""
         if not passages:
             raise ValueError("synthesis needs at least one passage (zero passages is the abstention path)")
@@ -61,16 +76,53 @@ class SynthesizeStage(FaultHooks):
         if self._llm is None:
             yield extractive_answer(query, passages, self._cfg)
             return
-        params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=output_pattern)
-        pieces: list[str] = []
-        async for piece in self._llm.stream(synthesis_messages(query, passages, self._cfg.passage_max_chars), params):
-            pieces.append(piece)
-            yield piece
-        raw = "".join(pieces).strip()
-        if not raw:
-            raise EmptyAnswerError("the model returned an empty answer")
-        answer, cited, removed = validate_citations(raw, len(passages))
-        yield Synthesis(answer=answer, cited=cited, grounded=bool(cited), mode="llm", removed_citations=removed)
+        started = time.monotonic()
+        check = self._cfg.check
+        strict = False
+        for attempt in (1, 2):
+            pieces: list[str] = []
+            pattern = cited_sentences_pattern(len(passages)) if strict and output_pattern is None else output_pattern
+            params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=pattern)
+            messages = synthesis_messages(query, passages, self._cfg.passage_max_chars, strict=strict)
+            async for piece in self._llm.stream(messages, params):
+                pieces.append(piece)
+                yield piece
+            raw = "".join(pieces).strip()
+            if not raw:
+                raise EmptyAnswerError("the model returned an empty answer")
+            answer, cited, removed = validate_citations(raw, len(passages))
+            if not check.enabled:
+                yield Synthesis(answer, cited, grounded=bool(cited), mode="llm", removed_citations=removed)
+                return
+            verdict = await asyncio.to_thread(
+                check_answer, answer, query, passages, self._support_scorer(), check.min_support
+            )
+            left = self._cfg.timeout_s - (time.monotonic() - started)
+            if verdict.passed or attempt == 2 or not check.retry:
+                yield self._checked(answer, cited, removed, verdict, attempt, verdict.reason)
+                return
+            if left < check.retry_within_share * self._cfg.timeout_s:
+                yield self._checked(answer, cited, removed, verdict, attempt, f"{verdict.reason} (no time to retry)")
+                return
+            yield StreamReset(f"the answer failed its check ({verdict.reason}); generating it again")
+            strict = True
+
+    @staticmethod
+    def _checked(
+        answer: str, cited: list[int], removed: int, verdict: AnswerCheck, attempts: int, failed: str | None
+    ) -> Synthesis:
+        mode = "llm" if attempts == 1 else "llm, strict retry"
+        return Synthesis(
+            answer,
+            cited,
+            grounded=verdict.passed,
+            mode=mode,
+            removed_citations=removed,
+            support=verdict.support,
+            failed_check=failed,
+            attempts=attempts,
+            checked=True,
+        )
 
     async def llm_state(self, timeout_s: float = 2.0) -> str:
         """ "ready", "off" (no LLM configured) or "unavailable: <why>" (starting, dead or overloaded)."""

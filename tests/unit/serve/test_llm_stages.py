@@ -1,17 +1,20 @@
 """Rewrite/HyDE and synthesis stages over a scripted TextGenerator (the real engine is integration-tested)."""
 
 import asyncio
+import re
 
 import pytest
 
 from cluster.config import RagcConfig
+from serve.answer_check import EmbeddingSupport
 from serve.llm.prompts import PASSAGES_CLOSE, clean_rewrite, recent_history, synthesis_messages
 from serve.pipeline import QueryPipeline
+from serve.roles import Stages
 from serve.stages.retrieve import embedded_texts
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import EmptyAnswerError, SynthesizeStage
-from serve.types import Passage, QueryRequest, Synthesis
-from tests.fakes import FakeStages, ScriptedGenerator, fake_stages
+from serve.types import Passage, QueryRequest, StreamReset, Synthesis
+from tests.fakes import FakeStages, HashEmbedder, ScriptedGenerator, fake_stages
 
 HISTORY = [
     {"role": "user", "content": "What does the Milvus sidecar store?"},
@@ -82,6 +85,15 @@ def test_recent_history_keeps_newest_within_budget() -> None:
     assert clean_rewrite("Here is the query: milvus disk", "disk?", [], 100) == ("milvus disk", "")
 
 
+SUPPORTED = "Passage 0 says tenants are kept apart [1]."
+REPEATED = "1. How tenants are kept apart [1]\n2. How tenants are kept apart [1]\n3. How tenants are kept apart [1]"
+
+
+def checked_stage(llm: ScriptedGenerator | None, **synthesize: object) -> SynthesizeStage:
+    """Support from bag-of-words vectors: a claim copied from its passage scores near 1."""
+    return SynthesizeStage(cfg_dict(synthesize=synthesize), llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
+
+
 def synthesize(stage: SynthesizeStage, ps: list[Passage]) -> list:
     async def collect() -> list:
         return [item async for item in stage.synthesize_stream("are tenants apart?", ps)]
@@ -89,26 +101,61 @@ def synthesize(stage: SynthesizeStage, ps: list[Passage]) -> list:
     return asyncio.run(collect())
 
 
-def test_synthesis_streams_then_checks_citations() -> None:
-    llm = ScriptedGenerator(["Tenants are kept apart [1] and audited [7]."])
-    items = synthesize(SynthesizeStage(cfg_dict(), llm), passages(3))
+def test_synthesis_streams_then_checks_citations_and_support() -> None:
+    llm = ScriptedGenerator(["Passage 0 says tenants are kept apart [1] and audited [7]."])
+    items = synthesize(checked_stage(llm), passages(3))
     tokens, final = items[:-1], items[-1]
     assert len(tokens) > 3 and all(isinstance(t, str) for t in tokens)
-    assert isinstance(final, Synthesis) and final.mode == "llm"
+    assert isinstance(final, Synthesis) and final.mode == "llm" and final.checked and final.failed_check is None
     assert final.cited == [1] and final.removed_citations == 1 and "[7]" not in final.answer and final.grounded
-    assert final.answer.endswith("audited.")
+    assert final.answer.endswith("audited.") and final.support[1] > 0.6
 
 
-def test_answer_without_valid_citation_is_not_grounded() -> None:
-    final = synthesize(SynthesizeStage(cfg_dict(), ScriptedGenerator(["No idea [9]."])), passages(2))[-1]
-    assert final.cited == [] and not final.grounded and final.removed_citations == 1
+def test_a_failed_answer_is_withdrawn_and_generated_again_under_the_strict_constraint() -> None:
+    llm = ScriptedGenerator([REPEATED, SUPPORTED])
+    items = synthesize(checked_stage(llm), passages(2))
+    resets = [i for i, item in enumerate(items) if isinstance(item, StreamReset)]
+    assert len(resets) == 1 and "degenerate: a repeated line" in items[resets[0]].reason
+    assert any(isinstance(item, str) for item in items[: resets[0]]), "the first answer was streamed, then withdrawn"
+    final = items[-1]
+    assert final.grounded and final.attempts == 2 and final.mode == "llm, strict retry" and final.answer == SUPPORTED
+    (first, first_params), (second, second_params) = llm.calls
+    assert first_params.regex is None and second_params.regex is not None
+    assert re.fullmatch(second_params.regex, SUPPORTED) and not re.fullmatch(second_params.regex, REPEATED)
+    assert "End every sentence with the number" in second[0]["content"] and "End every" not in first[0]["content"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (REPEATED, "degenerate: a repeated line"),
+        ("No idea [9].", "degenerate: mostly citations or titles"),
+        ("The answer is: [1] (T0) The answer is: [2] (T1)", "degenerate: mostly citations or titles"),
+        ("Passage 0 says tenants are kept apart. Billing runs monthly on invoices [1].", "unsupported claim"),
+        ("Passage 0 says tenants are kept apart [1]. Billing invoices arrive by postal mail.", "uncited claim"),
+    ],
+)
+def test_an_answer_that_fails_twice_carries_the_reason(reply: str, reason: str) -> None:
+    final = synthesize(checked_stage(ScriptedGenerator([reply, reply])), passages(2))[-1]
+    assert not final.grounded and final.attempts == 2 and final.failed_check.startswith(reason), final.failed_check
+
+
+def test_no_retry_when_too_little_of_the_timeout_is_left() -> None:
+    llm = ScriptedGenerator([REPEATED])
+    final = synthesize(checked_stage(llm, check={"retry_within_share": 1.0}), passages(2))[-1]
+    assert len(llm.calls) == 1 and final.failed_check.endswith("(no time to retry)")
+
+
+def test_the_check_can_be_turned_off() -> None:
+    final = synthesize(checked_stage(ScriptedGenerator([REPEATED]), check={"enabled": False}), passages(2))[-1]
+    assert final.grounded and not final.checked and final.failed_check is None and final.answer.startswith("1.")
 
 
 def test_synthesis_refuses_zero_passages_and_empty_answers() -> None:
     with pytest.raises(ValueError, match="abstention"):
         synthesize(SynthesizeStage(cfg_dict(), ScriptedGenerator(["x"])), [])
     with pytest.raises(EmptyAnswerError):
-        synthesize(SynthesizeStage(cfg_dict(), ScriptedGenerator(["  "])), passages(1))
+        synthesize(checked_stage(ScriptedGenerator(["  "])), passages(1))
 
 
 def test_without_llm_the_answer_is_extractive() -> None:
@@ -162,3 +209,36 @@ def test_failure_mid_answer_resets_the_stream_and_falls_back(fault: str) -> None
     assert out["stages"]["synthesize"]["status"] == "fallback" and out["citations"]
     after_reset = "".join(d["text"] for e, d in events[kinds.index("reset") :] if e == "token")
     assert after_reset.strip() == out["answer"].strip()
+
+
+def checked_pipeline_run(replies: list[str], events: list) -> dict:
+    cfg = RagcConfig.model_validate({"serve": {"synthesize": {"timeout_s": 5}}})
+    fake = FakeStages(passages())
+
+    async def emit(event: str, data: dict) -> None:
+        events.append((event, data))
+
+    stages = Stages(fake, fake, fake, checked_stage(ScriptedGenerator(replies), timeout_s=5))
+    run = QueryPipeline(cfg.serve, stages).run(QueryRequest(query="tenants"), "t1", "", "r", emit)
+    return asyncio.run(run).model_dump(mode="json")
+
+
+def test_an_answer_failing_its_check_twice_is_replaced_by_the_extractive_answer() -> None:
+    events: list = []
+    out = checked_pipeline_run([REPEATED, REPEATED], events)
+    synthesize_report = out["stages"]["synthesize"]
+    assert synthesize_report["status"] == "fallback"
+    assert synthesize_report["detail"].startswith("extractive answer: degenerate: a repeated line")
+    kinds = [e for e, _ in events]
+    assert kinds.count("reset") == 2 and kinds.index("reset") > kinds.index("token")
+    after_last_reset = "".join(d["text"] for e, d in events[len(kinds) - kinds[::-1].index("reset") :] if e == "token")
+    assert after_last_reset.strip() == out["answer"].strip() and "How tenants" not in out["answer"]
+    assert out["grounded"] and out["citations"] and all(c["supported"] for c in out["citations"])
+
+
+def test_a_checked_answer_reports_the_support_of_each_citation() -> None:
+    out = checked_pipeline_run(["Passage 2 says tenants are kept apart [1]."], [])
+    assert out["stages"]["synthesize"] == {"status": "ok", "ms": out["stages"]["synthesize"]["ms"], "detail": "llm"}
+    assert out["grounded"] and out["answer"].startswith("Passage 2")
+    (citation,) = out["citations"]
+    assert citation["n"] == 1 and citation["supported"] is True and citation["support"] > 0.6

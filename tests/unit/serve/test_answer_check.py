@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from serve.answer_check import EmbeddingSupport, check_answer, claims, degenerate
+from serve.types import Passage
+from tests.fakes import HashEmbedder
+
+PASSAGES = [
+    Passage(
+        "c1", "d1", "t", "Reindexing builds a new collection. The alias moves when it is complete.", title="Reindex"
+    ),
+    Passage("c2", "d2", "t", "Every search carries the tenant filter.", title="Tenants"),
+]
+SUPPORT = EmbeddingSupport(HashEmbedder(dim=512))
+
+
+def test_what_the_demo_served_is_degenerate() -> None:
+    """Two answers the packaged 135M model gave to the demo's questions (issue #15)."""
+    listed = "\n".join(f"{n}. How tenants are kept apart" for n in range(1, 6))
+    assert degenerate(listed, "How are tenants kept apart?", PASSAGES) == "degenerate: a repeated line"
+    echoed = "The answer is: [1] (Reindex) The answer is: [2] (Tenants)"
+    assert degenerate(echoed, "How does the reindex job avoid downtime?", PASSAGES) == (
+        "degenerate: mostly citations or titles"
+    )
+
+
+def test_an_uncited_sentence_takes_the_next_citation_and_a_lone_citation_goes_back() -> None:
+    found = claims("A new collection is built. The alias moves when complete [1]. Searches filter by tenant. See [2].")
+    assert found == [
+        ("A new collection is built.", (1,)),
+        ("The alias moves when complete .", (1,)),
+        ("Searches filter by tenant.", (2,)),
+    ]
+
+
+def test_support_is_the_best_sentence_of_the_cited_passage() -> None:
+    claim = "The alias moves when it is complete."
+    copied, elsewhere = SUPPORT.score([(claim, PASSAGES[0]), (claim, PASSAGES[1])])
+    assert copied > 0.99 and elsewhere < 0.5
+
+
+def test_a_faithful_answer_passes_and_reports_each_passages_support() -> None:
+    verdict = check_answer(
+        "Reindexing builds a new collection [1]. Every search carries the tenant filter [2].",
+        "How does reindexing work?",
+        PASSAGES,
+        SUPPORT,
+        0.4,
+    )
+    assert verdict.passed and verdict.outcome == "passed" and set(verdict.support) == {1, 2}
+    swapped = check_answer(
+        "Reindexing builds a new collection [2]. Every search carries the tenant filter [1].",
+        "How does reindexing work?",
+        PASSAGES,
+        SUPPORT,
+        0.4,
+    )
+    assert not swapped.passed and swapped.outcome == "unsupported"
