@@ -10,7 +10,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention lint bench-ingest loadtest clean
+.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention calibrate-support lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -83,6 +83,10 @@ eval-abstention: setup
 		--unanswerable .ragc/scifact_abstention/unanswerable.txt --output .ragc/eval/abstention.json
 	HF_HUB_OFFLINE=1 $(RAGC) eval --dataset ../shared/data/inscit --pipeline hybrid --reranker $(RERANKER) \
 		--unanswerable ../shared/data/inscit/unanswerable.txt --output .ragc/eval/inscit_abstention.json
+
+# The answer check's support threshold: signals and thresholds on SciFact TRAIN claims (prints JSON).
+calibrate-support: setup
+	HF_HUB_OFFLINE=1 $(PY) -m training.support --dataset ../shared/data/scifact
 
 bench-ingest: setup
 	HF_HUB_OFFLINE=1 $(RAGC) up --no-app
