@@ -249,7 +249,8 @@ class QueryPipeline:
         try:
             synthesis = await call_stage("synthesize", generate, cfg.synthesize.timeout_s)
             self._count_check(synthesis)
-            failure_reason = synthesis.failed_check
+            if synthesis.failed_check:
+                failure_reason = "; ".join([synthesis.failed_check, *self._budget_text(synthesis)])
         except StageFailure as failure:
             failure_reason = failure.reason
         if failure_reason is None:
@@ -309,11 +310,19 @@ class QueryPipeline:
         metrics.query_metrics().answer_checks.inc(tags={"outcome": outcome, "attempts": str(synthesis.attempts)})
 
     @staticmethod
+    def _budget_text(synthesis: Synthesis) -> list[str]:
+        if not synthesis.passages_sent:
+            return []
+        cut = f", {synthesis.passages_cut} cut to fit the context" if synthesis.passages_cut else ""
+        return [f"{synthesis.passages_sent} passages sent{cut}"]
+
+    @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:
+        parts = [synthesis.mode, *QueryPipeline._budget_text(synthesis)]
         if synthesis.removed_citations:
             metrics.query_metrics().removed_citations.inc(synthesis.removed_citations)
-            return f"{synthesis.mode}; removed {synthesis.removed_citations} citation(s) to passages not sent"
-        return synthesis.mode
+            parts.append(f"removed {synthesis.removed_citations} citation(s) to passages not sent")
+        return "; ".join(parts)
 
     @staticmethod
     def _own_tenant_only(passages: list[Passage], tenant: str, request_id: str) -> list[Passage]:

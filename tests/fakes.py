@@ -140,6 +140,10 @@ class ScriptedGenerator:
     async def ready(self) -> None:
         return None
 
+    async def prompt_tokens(self, prompts):  # type: ignore[no-untyped-def]
+        """One token per whitespace-separated word of every message."""
+        return [sum(len(m["content"].split()) for m in messages) for messages in prompts]
+
     async def stream(self, messages, params):  # type: ignore[no-untyped-def]
         text = self._next(messages, params)
         for word in text.split(" "):

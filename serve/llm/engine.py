@@ -86,6 +86,10 @@ class LLMEngine(FaultHooks):
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
+        """`TextGenerator.prompt_tokens`: what each prompt costs of `max_model_len`."""
+        return [self.count_tokens(self._prompt(messages)) for messages in prompts]
+
     async def check_health(self) -> None:
         await self._engine.check_health()
 

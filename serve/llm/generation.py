@@ -27,6 +27,10 @@ class TextGenerator(Protocol):
     async def ready(self) -> None:
         """Returns when the engine answers its health check; raises otherwise."""
 
+    async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
+        """Tokens of each prompt as the engine will see it (chat template included)."""
+        ...
+
 
 class HandleGenerator:
     """`TextGenerator` over a deployment handle of `serve.llm_engine.LLMEngine`; `stream` is a
@@ -45,6 +49,9 @@ class HandleGenerator:
 
     async def ready(self) -> None:
         await self._handle.check_health.remote()
+
+    async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
+        return await self._handle.prompt_tokens.remote(prompts)
 
 
 def as_generator(llm: Any) -> TextGenerator | None:

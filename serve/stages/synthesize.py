@@ -22,6 +22,8 @@ from serve.llm.prompts import cited_sentences_pattern, synthesis_messages
 from serve.types import Passage, StreamReset, Synthesis, SynthesisItem
 
 CITATION = re.compile(r"\[(\d+)\]")
+RESULT_MARGIN = 0.05  # share of the timeout kept to hand a failed retry's verdict back before the pipeline gives up
+RETRY_PACE = 1.2  # a retry is expected to take up to this times the first answer
 ORPHAN_SPACE = re.compile(r"[ \t]+([.,;:!?])")  # left where a removed citation stood before punctuation
 
 
@@ -46,6 +48,10 @@ class EmptyAnswerError(RuntimeError):
     pass
 
 
+class ContextBudgetError(RuntimeError):
+    pass
+
+
 class SynthesizeStage(FaultHooks):
     """Streams the LLM's answer (text deltas), then yields the checked `Synthesis`; without an LLM it
     yields the extractive answer alone."""
@@ -53,6 +59,7 @@ class SynthesizeStage(FaultHooks):
     def __init__(self, config: dict[str, Any], llm: Any = None, support: SupportScorer | None = None) -> None:
         cfg = RagcConfig.model_validate(config)
         self._cfg = cfg.serve.synthesize
+        self._max_model_len = cfg.serve.llm.engines[self._cfg.engine].max_model_len
         self._embedding = cfg.embedding
         self._llm = as_generator(llm)
         self._support = support
@@ -77,39 +84,92 @@ class SynthesizeStage(FaultHooks):
             yield extractive_answer(query, passages, self._cfg)
             return
         started = time.monotonic()
+        given = len(passages)
+        passages = passages[: await self._passages_that_fit(query, passages)]
+        budget = (len(passages), given - len(passages))  # passages sent, cut
         check = self._cfg.check
         strict = False
+        # the stage returns its own verdict a little before the pipeline's timeout would cut it off
+        deadline = started + self._cfg.timeout_s * (1 - RESULT_MARGIN)
+        first_reason = ""
         for attempt in (1, 2):
             pieces: list[str] = []
             pattern = cited_sentences_pattern(len(passages)) if strict and output_pattern is None else output_pattern
             params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=pattern)
             messages = synthesis_messages(query, passages, self._cfg.passage_max_chars, strict=strict)
+            attempt_started = time.monotonic()
             async for piece in self._llm.stream(messages, params):
                 pieces.append(piece)
                 yield piece
+                if strict and time.monotonic() > deadline:
+                    break
+            if strict and time.monotonic() > deadline:
+                why = f"{first_reason} (the strict retry ran out of time)"
+                sent, cut = budget
+                yield Synthesis(
+                    "",
+                    [],
+                    False,
+                    "llm, strict retry",
+                    0,
+                    {},
+                    why,
+                    attempts=2,
+                    checked=True,
+                    passages_sent=sent,
+                    passages_cut=cut,
+                )
+                return
             raw = "".join(pieces).strip()
             if not raw:
                 raise EmptyAnswerError("the model returned an empty answer")
             answer, cited, removed = validate_citations(raw, len(passages))
             if not check.enabled:
-                yield Synthesis(answer, cited, grounded=bool(cited), mode="llm", removed_citations=removed)
+                sent, cut = budget
+                yield Synthesis(answer, cited, bool(cited), "llm", removed, passages_sent=sent, passages_cut=cut)
                 return
             verdict = await asyncio.to_thread(
                 check_answer, answer, query, passages, self._support_scorer(), check.min_support
             )
-            left = self._cfg.timeout_s - (time.monotonic() - started)
+            now = time.monotonic()
+            left = self._cfg.timeout_s - (now - started)
             if verdict.passed or attempt == 2 or not check.retry:
-                yield self._checked(answer, cited, removed, verdict, attempt, verdict.reason)
+                yield self._checked(answer, cited, removed, verdict, attempt, verdict.reason, budget)
                 return
-            if left < check.retry_within_share * self._cfg.timeout_s:
-                yield self._checked(answer, cited, removed, verdict, attempt, f"{verdict.reason} (no time to retry)")
+            # the retry gets at least as long as the first answer took, and the configured share of the timeout
+            if left < max(check.retry_within_share * self._cfg.timeout_s, RETRY_PACE * (now - attempt_started)):
+                why = f"{verdict.reason} (no time to retry)"
+                yield self._checked(answer, cited, removed, verdict, attempt, why, budget)
                 return
             yield StreamReset(f"the answer failed its check ({verdict.reason}); generating it again")
+            first_reason = verdict.reason or ""
             strict = True
+
+    async def _passages_that_fit(self, query: str, passages: list[Passage]) -> int:
+        """How many of the passages, in order, fit the engine's context with `max_tokens` left to generate
+        (the strict retry's longer system prompt included), counted by the engine's own tokenizer."""
+        assert self._llm is not None
+        width = self._cfg.passage_max_chars
+        prompts = [synthesis_messages(query, passages[:k], width, strict=True) for k in range(1, len(passages) + 1)]
+        tokens = await self._llm.prompt_tokens(prompts)
+        room = self._max_model_len - self._cfg.max_tokens
+        fits = sum(1 for n in tokens if n <= room)  # counts grow with k: the fitting ones are a prefix
+        if fits == 0:
+            raise ContextBudgetError(
+                f"one passage and the question take {tokens[0]} tokens; with max_tokens {self._cfg.max_tokens} "
+                f"that exceeds max_model_len {self._max_model_len}"
+            )
+        return fits
 
     @staticmethod
     def _checked(
-        answer: str, cited: list[int], removed: int, verdict: AnswerCheck, attempts: int, failed: str | None
+        answer: str,
+        cited: list[int],
+        removed: int,
+        verdict: AnswerCheck,
+        attempts: int,
+        failed: str | None,
+        budget: tuple[int, int],
     ) -> Synthesis:
         mode = "llm" if attempts == 1 else "llm, strict retry"
         return Synthesis(
@@ -122,6 +182,8 @@ class SynthesizeStage(FaultHooks):
             failed_check=failed,
             attempts=attempts,
             checked=True,
+            passages_sent=budget[0],
+            passages_cut=budget[1],
         )
 
     async def llm_state(self, timeout_s: float = 2.0) -> str:

@@ -118,6 +118,31 @@ def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: di
         assert final["grounded"] and all(c["supported"] for c in final["citations"])
 
 
+def test_passages_beyond_the_context_are_cut_not_refused(service: dict[str, Any]) -> None:
+    """20 passages of 900 characters do not fit 2048 tokens: the engine's tokenizer decides how many go into
+    the prompt (before, vLLM refused the prompt and the answer silently became extractive). Through the
+    stage's handle, so a slow CPU prefill is not cut off by the pipeline's timeout."""
+    from ray import serve
+
+    from serve.types import Passage, Synthesis
+
+    sentence = "Every chunk carries its tenant id and every search filters on it. "
+    passages = [Passage(f"c{n}", f"d{n}", "llm", (sentence * 14)[:900], title=f"T{n}") for n in range(20)]
+    handle = serve.get_deployment_handle("synthesize", app_name=APP).options(stream=True)
+    forced = r"Every chunk carries its tenant id \[1\]\."
+
+    async def collect() -> list[Any]:
+        return [item async for item in handle.synthesize_stream.remote("How are tenants kept apart?", passages, forced)]
+
+    import asyncio
+
+    final = asyncio.run(collect())[-1]
+    assert isinstance(final, Synthesis), final
+    print(f"packaged model, 20 passages of 900 characters: {final.passages_sent} sent, {final.passages_cut} cut")
+    assert final.passages_sent + final.passages_cut == 20 and final.passages_cut > 0 and final.passages_sent >= 1
+    assert final.grounded and final.cited == [1]
+
+
 def test_invented_citation_in_forced_output_is_removed(service: dict[str, Any]) -> None:
     from ray import serve
 

@@ -12,7 +12,7 @@ from serve.pipeline import QueryPipeline
 from serve.roles import Stages
 from serve.stages.retrieve import embedded_texts
 from serve.stages.rewrite import RewriteStage
-from serve.stages.synthesize import EmptyAnswerError, SynthesizeStage
+from serve.stages.synthesize import ContextBudgetError, EmptyAnswerError, SynthesizeStage
 from serve.types import Passage, QueryRequest, StreamReset, Synthesis
 from tests.fakes import FakeStages, HashEmbedder, ScriptedGenerator, fake_stages
 
@@ -146,6 +146,24 @@ def test_no_retry_when_too_little_of_the_timeout_is_left() -> None:
     assert len(llm.calls) == 1 and final.failed_check.endswith("(no time to retry)")
 
 
+class SlowRetry(ScriptedGenerator):
+    """The second answer streams a word every 0.2 s."""
+
+    async def stream(self, messages, params):  # type: ignore[no-untyped-def]
+        slow = len(self.calls) == 1
+        async for piece in super().stream(messages, params):
+            if slow:
+                await asyncio.sleep(0.2)
+            yield piece
+
+
+def test_a_retry_that_runs_out_of_time_returns_the_first_reason_before_the_timeout() -> None:
+    stage = checked_stage(SlowRetry([REPEATED, REPEATED]), timeout_s=1.0, check={"retry_within_share": 0.1})
+    final = synthesize(stage, passages(2))[-1]
+    assert final.attempts == 2 and not final.grounded
+    assert final.failed_check == "degenerate: a repeated line (the strict retry ran out of time)"
+
+
 def test_the_check_can_be_turned_off() -> None:
     final = synthesize(checked_stage(ScriptedGenerator([REPEATED]), check={"enabled": False}), passages(2))[-1]
     assert final.grounded and not final.checked and final.failed_check is None and final.answer.startswith("1.")
@@ -238,7 +256,41 @@ def test_an_answer_failing_its_check_twice_is_replaced_by_the_extractive_answer(
 
 def test_a_checked_answer_reports_the_support_of_each_citation() -> None:
     out = checked_pipeline_run(["Passage 2 says tenants are kept apart [1]."], [])
-    assert out["stages"]["synthesize"] == {"status": "ok", "ms": out["stages"]["synthesize"]["ms"], "detail": "llm"}
+    assert out["stages"]["synthesize"]["status"] == "ok"
+    assert out["stages"]["synthesize"]["detail"] == "llm; 3 passages sent"
     assert out["grounded"] and out["answer"].startswith("Passage 2")
     (citation,) = out["citations"]
     assert citation["n"] == 1 and citation["supported"] is True and citation["support"] > 0.6
+
+
+def test_passages_are_packed_into_the_context_and_the_cut_ones_reported() -> None:
+    """ScriptedGenerator counts one token per word: each passage block is 8 words, the strict prompt ~70."""
+    many = passages(9)
+    llm = ScriptedGenerator([SUPPORTED])
+    stage = SynthesizeStage(
+        RagcConfig.model_validate(
+            {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 130}}}}}
+        ).model_dump(mode="json"),
+        llm,
+        support=EmbeddingSupport(HashEmbedder(dim=512)),
+    )
+    final = synthesize(stage, many)[-1]
+    sent = final.passages_sent
+    assert 0 < sent < 9 and final.passages_cut == 9 - sent and final.grounded
+    ((messages, _),) = llm.calls
+    prompt = messages[-1]["content"]
+    assert f"[{sent}] (T{sent - 1})" in prompt and f"[{sent + 1}]" not in prompt
+    counted = asyncio.run(llm.prompt_tokens([synthesis_messages("are tenants apart?", many[:sent], 900, strict=True)]))
+    assert counted[0] + 20 <= 130
+
+
+def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> None:
+    stage = SynthesizeStage(
+        RagcConfig.model_validate(
+            {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 40}}}}}
+        ).model_dump(mode="json"),
+        ScriptedGenerator([SUPPORTED]),
+        support=EmbeddingSupport(HashEmbedder(dim=512)),
+    )
+    with pytest.raises(ContextBudgetError, match="exceeds max_model_len 40"):
+        synthesize(stage, passages(2))
