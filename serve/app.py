@@ -17,7 +17,7 @@ from serve.stages.rerank import RerankStage
 from serve.stages.retrieve import RetrieveStage
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import SynthesizeStage
-from serve.types import Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
+from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
 STAGE_CLASSES = {
     "rewrite": RewriteStage,
@@ -86,8 +86,10 @@ class HandleSynthesizer:
         self._handle = handle
         self._stream = handle.options(stream=True)
 
-    async def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[SynthesisItem]:
-        responses = self._stream.synthesize_stream.remote(query, passages)
+    async def synthesize_stream(
+        self, query: str, passages: list[Passage], context: AnswerContext | None = None
+    ) -> AsyncIterator[SynthesisItem]:
+        responses = self._stream.synthesize_stream.remote(query, passages, context=context)
         async for item in cast(DeploymentResponseGenerator, responses):
             yield item
 

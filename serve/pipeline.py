@@ -21,6 +21,7 @@ from serve.errors import UnavailableError
 from serve.extractive import extractive_answer
 from serve.roles import Stages
 from serve.types import (
+    AnswerContext,
     CacheStatus,
     Citation,
     Passage,
@@ -226,11 +227,12 @@ class QueryPipeline:
 
         started = time.perf_counter()
         streamed = False
+        context = AnswerContext(tuple((t["role"], t["content"]) for t in history), query)
 
         async def generate() -> Synthesis:
             nonlocal streamed
             final = None
-            async for item in self._stages.synthesizer.synthesize_stream(request.query, passages):
+            async for item in self._stages.synthesizer.synthesize_stream(request.query, passages, context):
                 if isinstance(item, Synthesis):
                     final = item
                 elif isinstance(item, StreamReset):

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from serve.types import Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
+from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
 
 class Rewriter(Protocol):
@@ -37,7 +37,9 @@ class Reranker(Protocol):
 
 
 class Synthesizer(Protocol):
-    def synthesize_stream(self, query: str, passages: list[Passage]) -> AsyncIterator[SynthesisItem]:
+    def synthesize_stream(
+        self, query: str, passages: list[Passage], context: AnswerContext | None = None
+    ) -> AsyncIterator[SynthesisItem]:
         """Text deltas as they are generated, then the checked `Synthesis`."""
         ...
 

@@ -88,6 +88,15 @@ class Synthesis:
 
 
 @dataclass(frozen=True)
+class AnswerContext:
+    """What the answer may read besides the question and passages: the conversation so far, and the query
+    that was actually searched when a rewrite changed it."""
+
+    history: tuple[tuple[str, str], ...] = ()  # (role, content), oldest first
+    retrieval_query: str | None = None
+
+
+@dataclass(frozen=True)
 class StreamReset:
     """Sent mid-stream when the text streamed so far is withdrawn (it failed the answer check)."""
 

@@ -67,6 +67,7 @@ class FakeStages:
         self.calls: list[str] = []
         self.version = 3
         self.rerank_scores = [4.0, 1.0, 0.5]  # the cross-encoder's best logits the fake reports
+        self.contexts: list = []  # what each synthesize_stream call was given as its AnswerContext
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -95,12 +96,13 @@ class FakeStages:
         await self._enter("rerank")
         return Reranked(list(reversed(passages))[:top_n], "ok", list(self.rerank_scores))
 
-    async def synthesize_stream(self, query, passages):  # type: ignore[no-untyped-def]
+    async def synthesize_stream(self, query, passages, context=None):  # type: ignore[no-untyped-def]
         """Streams "LLM answer [1]" token by token; `synthesize_midstream` fails after the first token."""
         import asyncio
 
         from serve.types import Synthesis
 
+        self.contexts.append(context)
         await self._enter("synthesize")
         for n, piece in enumerate(["LLM ", "answer ", "[1]"]):
             if n == 1 and "synthesize_midstream" in self.fail:

@@ -196,6 +196,8 @@ class SynthesizeConfig(Section):
     extractive_passages: int = Field(default=3, gt=0, description="passages quoted by the extractive answer")
     extractive_chars: int = Field(default=400, gt=0, description="characters quoted per passage")
     check: AnswerCheckConfig = Field(default_factory=AnswerCheckConfig)
+    history_turns: int = Field(default=4, ge=0, description="conversation turns the answer sees (0: none)")
+    history_max_chars: int = Field(default=1500, gt=0, description="the most recent turns are kept up to this")
 
 
 def _llm_deployment() -> DeploymentConfig:

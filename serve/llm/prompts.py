@@ -99,7 +99,16 @@ def cited_sentences_pattern(passages_sent: int, sentences: int = 3) -> str:
     return rf"{sentence}(?: {sentence}){{0,{sentences - 1}}}"
 
 
-def synthesis_messages(query: str, passages: list[Passage], passage_max_chars: int, strict: bool = False) -> Messages:
+def synthesis_messages(
+    query: str,
+    passages: list[Passage],
+    passage_max_chars: int,
+    strict: bool = False,
+    history: Messages | None = None,
+    retrieval_query: str | None = None,
+) -> Messages:
+    """`history`: earlier turns, already cut to the budget (`recent_history`), sent as chat turns before the
+    passages; `retrieval_query`: what was searched when it differs from the question as asked."""
     blocks = []
     for n, passage in enumerate(passages, start=1):
         body = " ".join(passage.text.split())[:passage_max_chars]
@@ -108,11 +117,13 @@ def synthesis_messages(query: str, passages: list[Passage], passage_max_chars: i
         heading = f" ({passage.title})" if passage.title else ""
         blocks.append(f"[{n}]{heading} {body}")
     context = "\n\n".join(blocks)
+    searched = f"\n(Searched as: {retrieval_query})" if retrieval_query and retrieval_query != query else ""
     return [
         {"role": "system", "content": SYNTHESIS_SYSTEM + (STRICT_SYNTHESIS_RULES if strict else "")},
+        *(history or []),
         {
             "role": "user",
-            "content": f"{PASSAGES_OPEN}\n{context}\n{PASSAGES_CLOSE}\n\nQuestion: {query}\n"
+            "content": f"{PASSAGES_OPEN}\n{context}\n{PASSAGES_CLOSE}\n\nQuestion: {query}{searched}\n"
             "Answer from the passages, citing them like [1]:",
         },
     ]

@@ -17,9 +17,9 @@ from cluster.config import RagcConfig
 from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
-from serve.llm.generation import GenerationParams, as_generator
-from serve.llm.prompts import cited_sentences_pattern, synthesis_messages
-from serve.types import Passage, StreamReset, Synthesis, SynthesisItem
+from serve.llm.generation import GenerationParams, Messages, as_generator
+from serve.llm.prompts import cited_sentences_pattern, recent_history, synthesis_messages
+from serve.types import AnswerContext, Passage, StreamReset, Synthesis, SynthesisItem
 
 CITATION = re.compile(r"\[(\d+)\]")
 RESULT_MARGIN = 0.05  # share of the timeout kept to hand a failed retry's verdict back before the pipeline gives up
@@ -74,9 +74,14 @@ class SynthesizeStage(FaultHooks):
         return self._support
 
     async def synthesize_stream(
-        self, query: str, passages: list[Passage], output_pattern: str | None = None
+        self,
+        query: str,
+        passages: list[Passage],
+        output_pattern: str | None = None,
+        context: AnswerContext | None = None,
     ) -> AsyncIterator[SynthesisItem]:
-        """`output_pattern` constrains the generated text (structured output), e.g. to force a format."""
+        """`output_pattern` constrains the generated text (structured output), e.g. to force a format;
+        `context`: the conversation and the searched query, so a follow-up is answered in context."""
         if not passages:
             raise ValueError("synthesis needs at least one passage (zero passages is the abstention path)")
         await self._injected_delay()
@@ -85,7 +90,7 @@ class SynthesizeStage(FaultHooks):
             return
         started = time.monotonic()
         given = len(passages)
-        passages = passages[: await self._passages_that_fit(query, passages)]
+        passages = passages[: await self._passages_that_fit(query, passages, context)]
         budget = (len(passages), given - len(passages))  # passages sent, cut
         check = self._cfg.check
         strict = False
@@ -96,7 +101,7 @@ class SynthesizeStage(FaultHooks):
             pieces: list[str] = []
             pattern = cited_sentences_pattern(len(passages)) if strict and output_pattern is None else output_pattern
             params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=pattern)
-            messages = synthesis_messages(query, passages, self._cfg.passage_max_chars, strict=strict)
+            messages = self._messages(query, passages, strict, context)
             attempt_started = time.monotonic()
             async for piece in self._llm.stream(messages, params):
                 pieces.append(piece)
@@ -145,12 +150,17 @@ class SynthesizeStage(FaultHooks):
             first_reason = verdict.reason or ""
             strict = True
 
-    async def _passages_that_fit(self, query: str, passages: list[Passage]) -> int:
+    def _messages(self, query: str, passages: list[Passage], strict: bool, context: AnswerContext | None) -> Messages:
+        turns = [{"role": role, "content": text} for role, text in context.history] if context else []
+        history = recent_history(turns, self._cfg.history_turns, self._cfg.history_max_chars)
+        searched = context.retrieval_query if context else None
+        return synthesis_messages(query, passages, self._cfg.passage_max_chars, strict, history, searched)
+
+    async def _passages_that_fit(self, query: str, passages: list[Passage], context: AnswerContext | None) -> int:
         """How many of the passages, in order, fit the engine's context with `max_tokens` left to generate
         (the strict retry's longer system prompt included), counted by the engine's own tokenizer."""
         assert self._llm is not None
-        width = self._cfg.passage_max_chars
-        prompts = [synthesis_messages(query, passages[:k], width, strict=True) for k in range(1, len(passages) + 1)]
+        prompts = [self._messages(query, passages[:k], True, context) for k in range(1, len(passages) + 1)]
         tokens = await self._llm.prompt_tokens(prompts)
         room = self._max_model_len - self._cfg.max_tokens
         fits = sum(1 for n in tokens if n <= room)  # counts grow with k: the fitting ones are a prefix

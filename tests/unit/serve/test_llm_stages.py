@@ -13,7 +13,7 @@ from serve.roles import Stages
 from serve.stages.retrieve import embedded_texts
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import ContextBudgetError, EmptyAnswerError, SynthesizeStage
-from serve.types import Passage, QueryRequest, StreamReset, Synthesis
+from serve.types import AnswerContext, Passage, QueryRequest, StreamReset, Synthesis
 from tests.fakes import FakeStages, HashEmbedder, ScriptedGenerator, fake_stages
 
 HISTORY = [
@@ -294,3 +294,50 @@ def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> 
     )
     with pytest.raises(ContextBudgetError, match="exceeds max_model_len 40"):
         synthesize(stage, passages(2))
+
+
+def test_a_follow_up_is_answered_with_the_conversation_and_the_searched_query() -> None:
+    history = [{"role": "user", "content": "What does the Milvus sidecar store?"}]
+    messages = synthesis_messages(
+        "How long?", passages(1), 900, history=history, retrieval_query="How long are vectors kept?"
+    )
+    assert [m["role"] for m in messages] == ["system", "user", "user"] and messages[1] == history[0]
+    assert "Question: How long?\n(Searched as: How long are vectors kept?)" in messages[-1]["content"]
+    plain = synthesis_messages("How long?", passages(1), 900, retrieval_query="How long?")
+    assert len(plain) == 2 and "Searched as" not in plain[-1]["content"]
+
+    fake = FakeStages(passages())
+    request = QueryRequest(query="How long?", history=HISTORY, rewrite=True)
+    asyncio.run(QueryPipeline(RagcConfig().serve, fake_stages(fake)).run(request, "t1", "", "r"))
+    (context,) = fake.contexts
+    assert context.retrieval_query == "How long? rewritten"
+    assert context.history == tuple((t["role"], t["content"]) for t in HISTORY)
+
+
+def test_the_conversation_counts_against_the_context_budget() -> None:
+    def sent(history_turns: int) -> int:
+        llm = ScriptedGenerator([SUPPORTED])
+        stage = SynthesizeStage(
+            RagcConfig.model_validate(
+                {
+                    "serve": {
+                        "synthesize": {"max_tokens": 20, "history_turns": history_turns},
+                        "llm": {"engines": {"default": {"max_model_len": 200}}},
+                    }
+                }
+            ).model_dump(mode="json"),
+            llm,
+            support=EmbeddingSupport(HashEmbedder(dim=512)),
+        )
+        long_turn = ("user", " ".join(["earlier"] * 60))
+        context = AnswerContext((long_turn, ("assistant", "ok")))
+
+        async def collect() -> list:
+            return [i async for i in stage.synthesize_stream("are tenants apart?", passages(9), context=context)]
+
+        final = asyncio.run(collect())[-1]
+        ((messages, _),) = llm.calls
+        assert (len(messages) > 2) == (history_turns > 0)
+        return final.passages_sent
+
+    assert sent(history_turns=0) > sent(history_turns=4) >= 1
