@@ -16,6 +16,10 @@ import psutil
 
 STOP_TIMEOUT_S = 15.0
 POLL_S = 0.2
+# Linux derives a process's create time from /proc/stat's btime, which is recomputed from the wall clock at
+# every read: NTP slewing moves it between two `ragc` commands (psutil#2526, #2541). A recorded process is
+# therefore matched by its command line and a start time within this slack, not by exact equality.
+START_TIME_SLACK_S = 60.0
 
 
 class SidecarError(RuntimeError):
@@ -34,9 +38,21 @@ def process_alive(record: dict[str, Any] | None) -> bool:
         return False
     try:
         proc = psutil.Process(int(record["pid"]))
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() == record["started"]
+        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started_near = abs(proc.create_time() - float(record["started"])) <= START_TIME_SLACK_S
+        return started_near and runs_argv(proc.cmdline(), record.get("argv"))
     except (psutil.Error, KeyError, ValueError):
         return False
+
+
+def runs_argv(cmdline: list[str], argv: list[str] | None) -> bool:
+    """The command line ends with the recorded argv past its program (a console script runs under its
+    interpreter, so the program itself may appear as two words)."""
+    if not argv:
+        return True
+    tail = argv[1:]
+    return cmdline[len(cmdline) - len(tail) :] == tail if tail else bool(cmdline)
 
 
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -10,15 +10,23 @@ import sys
 
 import psutil
 
+# The parent is bound once, then followed with is_running(), which psutil checks by the process's start in
+# ticks since boot. Re-reading create_time() would not do: it follows the wall clock, and an NTP slew makes a
+# live parent look replaced (psutil#2526), which would kill a healthy engine.
 WATCHDOG = """
 import sys, time, psutil
 parent, created, children = int(sys.argv[1]), float(sys.argv[2]), [int(p) for p in sys.argv[3:]]
-def parent_alive():
+try:
+    replica = psutil.Process(parent)
+    alive = abs(replica.create_time() - created) < 5.0
+except psutil.Error:
+    alive = False
+def replica_alive():
     try:
-        return psutil.Process(parent).create_time() == created
+        return replica.is_running() and replica.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-while parent_alive():
+while alive and replica_alive():
     time.sleep(1.0)
 for pid in children:
     try:
