@@ -57,6 +57,18 @@ def cmd_down(cfg: RagcConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def answer_budget_line(budget: dict[str, Any] | None) -> str:
+    if budget is None:
+        return "answers: extractive (no LLM)"
+    prompt = budget["max_prompt_tokens"] or budget["max_model_len"] - budget["max_tokens"]
+    retry = ", one strict retry" if budget["retry"] else ""
+    return (
+        f"answers: LLM within {budget['timeout_s']:g} s{retry}; up to {budget['passages']} passages of "
+        f"{budget['passage_max_chars']} characters in a prompt of at most {prompt} tokens, "
+        f"{budget['max_tokens']} tokens generated (context {budget['max_model_len']})"
+    )
+
+
 def cmd_status(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from local import cluster as local
 
@@ -64,7 +76,8 @@ def cmd_status(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
     def human(s: dict[str, Any]) -> str:
         procs = "  ".join(f"{n}={'up' if p['running'] else 'down'}" for n, p in s["processes"].items())
-        return f"{procs}\nhttp {s['http']}\nmilvus {s['milvus']}\nredis {s['redis'] or s['redis_note'] or 'off'}"
+        lines = [procs, f"http {s['http']}", f"milvus {s['milvus']}", f"redis {s['redis'] or s['redis_note'] or 'off'}"]
+        return "\n".join([*lines, answer_budget_line(s["answer_budget"])])
 
     emit(info, args.json, human)
     return EXIT_OK if info["running"] else EXIT_PARTIAL

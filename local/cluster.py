@@ -94,6 +94,7 @@ def status(cfg: RagcConfig) -> dict[str, Any]:
         "state_dir": str(state_dir),
         "processes": processes,
         "running": all(p["running"] for n, p in processes.items() if n in ("milvus", APP_PROCESS)),
+        "answer_budget": cfg.serve.answer_budget(),
     }
 
 

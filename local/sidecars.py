@@ -18,8 +18,9 @@ STOP_TIMEOUT_S = 15.0
 POLL_S = 0.2
 # Linux derives a process's create time from /proc/stat's btime, which is recomputed from the wall clock at
 # every read: NTP slewing moves it between two `ragc` commands (psutil#2526, #2541). A recorded process is
-# therefore matched by its command line and a start time within this slack, not by exact equality.
-START_TIME_SLACK_S = 60.0
+# matched by its start in clock ticks since boot (/proc/<pid>/stat), which no clock change moves; where that
+# is not available, by a create time within this slack.
+START_TIME_SLACK_S = 2.0
 
 
 class SidecarError(RuntimeError):
@@ -32,6 +33,15 @@ def port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def start_ticks(pid: int) -> int | None:
+    """The process's start in clock ticks since boot (field 22 of /proc/<pid>/stat); None off Linux."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
 def process_alive(record: dict[str, Any] | None) -> bool:
     """The recorded process still runs and is the one we started (PIDs get reused)."""
     if not record:
@@ -40,19 +50,12 @@ def process_alive(record: dict[str, Any] | None) -> bool:
         proc = psutil.Process(int(record["pid"]))
         if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        started_near = abs(proc.create_time() - float(record["started"])) <= START_TIME_SLACK_S
-        return started_near and runs_argv(proc.cmdline(), record.get("argv"))
+        ticks = start_ticks(proc.pid)
+        if ticks is not None and record.get("start_ticks") is not None:
+            return ticks == record["start_ticks"]
+        return abs(proc.create_time() - float(record["started"])) <= START_TIME_SLACK_S
     except (psutil.Error, KeyError, ValueError):
         return False
-
-
-def runs_argv(cmdline: list[str], argv: list[str] | None) -> bool:
-    """The command line ends with the recorded argv past its program (a console script runs under its
-    interpreter, so the program itself may appear as two words)."""
-    if not argv:
-        return True
-    tail = argv[1:]
-    return cmdline[len(cmdline) - len(tail) :] == tail if tail else bool(cmdline)
 
 
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -67,7 +70,14 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None 
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
-    return {"pid": proc.pid, "started": psutil.Process(proc.pid).create_time(), "log": str(log_path), "argv": argv}
+    started = psutil.Process(proc.pid).create_time()
+    return {
+        "pid": proc.pid,
+        "started": started,
+        "start_ticks": start_ticks(proc.pid),
+        "log": str(log_path),
+        "argv": argv,
+    }
 
 
 def wait_until(check: Any, record: dict[str, Any], timeout_s: float, what: str) -> None:

@@ -80,16 +80,29 @@ class AnswerCheck:
         return "passed" if self.reason is None else self.reason.split(" ")[0].rstrip(":")
 
 
-def degenerate(answer: str, question: str, passages: list[Passage]) -> str | None:
-    """Why the text is not an answer at all, or None."""
-    lines = [LIST_MARK.sub("", " ".join(line.split()).lower()) for line in answer.splitlines()]
-    lines = [CITATION.sub("", line).strip() for line in lines]
+def repetition(text: str, partial: bool = False) -> str | None:
+    """A repeated line or phrase, or None. `partial`: the text is still being generated, so its last line
+    and word may be unfinished and are left out (a repetition found then stays one however it goes on)."""
+    lines = text.splitlines()
+    if partial and not text.endswith("\n"):
+        lines = lines[:-1]
+    lines = [CITATION.sub("", LIST_MARK.sub("", " ".join(line.split()).lower())).strip() for line in lines]
     if any(count > 1 for line, count in Counter(lines).items() if len(line) > 3):
         return "degenerate: a repeated line"
-    words = WORD.findall(CITATION.sub(" ", answer).lower())
+    words = WORD.findall(CITATION.sub(" ", text).lower())
+    if partial and text and not text[-1].isspace():
+        words = words[:-1]
     grams = Counter(tuple(words[i : i + REPEATED_NGRAM]) for i in range(len(words) - REPEATED_NGRAM + 1))
     if grams and max(grams.values()) > 2:
         return "degenerate: a repeated phrase"
+    return None
+
+
+def degenerate(answer: str, question: str, passages: list[Passage]) -> str | None:
+    """Why the text is not an answer at all, or None."""
+    repeated = repetition(answer)
+    if repeated:
+        return repeated
     titles = set().union(*(terms(p.title) for p in passages))
     content = terms(CITATION.sub(" ", answer))
     if len(content - titles) < MIN_ANSWER_TERMS:

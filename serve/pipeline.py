@@ -315,8 +315,9 @@ class QueryPipeline:
     def _budget_text(synthesis: Synthesis) -> list[str]:
         if not synthesis.passages_sent:
             return []
-        cut = f", {synthesis.passages_cut} cut to fit the context" if synthesis.passages_cut else ""
-        return [f"{synthesis.passages_sent} passages sent{cut}"]
+        cut = f", {synthesis.passages_cut} cut to fit the prompt budget" if synthesis.passages_cut else ""
+        tokens = f" ({synthesis.prompt_tokens} prompt tokens)" if synthesis.prompt_tokens else ""
+        return [f"{synthesis.passages_sent} passages sent{tokens}{cut}"]
 
     @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:

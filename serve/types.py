@@ -85,6 +85,7 @@ class Synthesis:
     checked: bool = False  # went through serve/answer_check.py
     passages_sent: int = 0  # the first passages_sent of those given went into the prompt (0: not counted)
     passages_cut: int = 0  # the rest: cut to fit the engine's context
+    prompt_tokens: int = 0  # what the prompt with those passages cost, by the engine's tokenizer
 
 
 @dataclass(frozen=True)

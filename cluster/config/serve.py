@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -190,7 +190,17 @@ class AnswerCheckConfig(Section):
 class SynthesizeConfig(Section):
     timeout_s: float = Field(default=25.0, gt=0, description="whole generation (CPU default; tighten on GPU)")
     engine: str = Field(default="default", description="the `serve.llm.engines` entry that answers")
-    max_tokens: int = Field(default=200, gt=0)
+    max_tokens: int = Field(
+        default=96,
+        gt=0,
+        description="tokens generated per attempt (CPU default: an answer and its strict retry both fit timeout_s)",
+    )
+    max_prompt_tokens: int | None = Field(
+        default=768,
+        gt=0,
+        description="the prompt (instructions, history, passages) is packed up to this many tokens; prefill "
+        "time grows with it on CPU (null: only max_model_len - max_tokens bounds it, the GPU setting)",
+    )
     temperature: float = Field(default=0.0, ge=0, le=2)
     passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
     extractive_passages: int = Field(default=3, gt=0, description="passages quoted by the extractive answer")
@@ -306,6 +316,21 @@ class ServeConfig(Section):
                 if name not in self.llm.engines:
                     raise ValueError(f"serve.{stage}.engine {name!r} is not in serve.llm.engines")
         return self
+
+    def answer_budget(self) -> dict[str, Any] | None:
+        """What one LLM answer may cost, as `/readyz` and `ragc status` report it; None without an LLM."""
+        if not self.llm.enabled:
+            return None
+        synth = self.synthesize
+        return {
+            "timeout_s": synth.timeout_s,
+            "max_tokens": synth.max_tokens,
+            "max_prompt_tokens": synth.max_prompt_tokens,
+            "max_model_len": self.llm.engines[synth.engine].max_model_len,
+            "passages": self.default_top_k,
+            "passage_max_chars": synth.passage_max_chars,
+            "retry": synth.check.enabled and synth.check.retry,
+        }
 
     def deployment(self, stage: str) -> DeploymentConfig:
         return self.deployments[stage]

@@ -160,7 +160,8 @@ class Ingress:
                 llm = f"unavailable: {type(exc).__name__}"
         if ok and full and llm not in ("ready", "off"):
             ok, reason = False, f"LLM {llm}"
-        return JSONResponse({"ready": ok, "reason": reason, "llm": llm}, status_code=200 if ok else 503)
+        body = {"ready": ok, "reason": reason, "llm": llm, "answer_budget": self._scfg.answer_budget()}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     async def handle_query(self, request: Request) -> Response:
         header_id = request.headers.get("x-request-id", "")

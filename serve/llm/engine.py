@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +15,9 @@ from cluster.llm_models import resolve_llm_path
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages
 from serve.llm.orphan_guard import guard_children
+
+WARM_UP_SENTENCES = 40  # a prompt of about 400 tokens, the size answers send
+WARM_UP_TOKENS = 8
 
 
 def engine_deployment_name(engine: str) -> str:
@@ -51,6 +56,8 @@ class LLMEngine(FaultHooks):
         self._watchdog = guard_children()
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self._stream_interval = ecfg.stream_interval
+        self._warm_up: asyncio.Task[None] | None = None
+        self.warm_up_s: float | None = None
 
     def _prompt(self, messages: Messages) -> str:
         # vLLM tokenizes the prompt itself and refuses one longer than max_model_len (the stage falls back).
@@ -94,8 +101,20 @@ class LLMEngine(FaultHooks):
         await self._engine.check_health()
 
     async def ready(self) -> None:
-        """`TextGenerator.ready`: the engine can be used in-process (benchmarks, `ragc eval`) as well."""
+        """`TextGenerator.ready`: healthy and warmed up. The first generations on CPU pay one-off kernel and
+        cache set-up (the demo's first answer timed out where later ones did not), so one is run here,
+        before `/readyz?full=1` reports the engine ready. Also used in-process (benchmarks, `ragc eval`)."""
         await self.check_health()
+        if self._warm_up is None:
+            self._warm_up = asyncio.create_task(self._run_warm_up())
+        await asyncio.shield(self._warm_up)
+
+    async def _run_warm_up(self) -> None:
+        started = time.monotonic()
+        filler = " ".join(["The passage describes how the service stores and answers."] * WARM_UP_SENTENCES)
+        messages = [{"role": "system", "content": filler}, {"role": "user", "content": "What does it describe?"}]
+        await self.generate(messages, GenerationParams(max_tokens=WARM_UP_TOKENS))
+        self.warm_up_s = time.monotonic() - started
 
     def shutdown(self) -> None:
         self._engine.shutdown()

@@ -25,7 +25,7 @@ class TextGenerator(Protocol):
     def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]: ...
 
     async def ready(self) -> None:
-        """Returns when the engine answers its health check; raises otherwise."""
+        """Returns when the engine answers its health check and has warmed up; raises otherwise."""
 
     async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
         """Tokens of each prompt as the engine will see it (chat template included)."""
@@ -48,7 +48,7 @@ class HandleGenerator:
             yield piece
 
     async def ready(self) -> None:
-        await self._handle.check_health.remote()
+        await self._handle.ready.remote()
 
     async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
         return await self._handle.prompt_tokens.remote(prompts)

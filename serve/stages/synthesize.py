@@ -11,10 +11,11 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import RagcConfig
-from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer
+from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer, repetition
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages, as_generator
@@ -42,6 +43,27 @@ def validate_citations(answer: str, passages_sent: int) -> tuple[str, list[int],
     cleaned = ORPHAN_SPACE.sub(r"\1", CITATION.sub(check, answer))
     cited = sorted({int(m) for m in CITATION.findall(cleaned)})
     return cleaned, cited, removed
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """What went into the prompt: passages sent, passages cut, and the prompt's tokens."""
+
+    sent: int
+    cut: int
+    tokens: int
+
+    def synthesis(self, answer: str, cited: list[int], grounded: bool, mode: str, **fields: Any) -> Synthesis:
+        return Synthesis(
+            answer,
+            cited,
+            grounded,
+            mode,
+            passages_sent=self.sent,
+            passages_cut=self.cut,
+            prompt_tokens=self.tokens,
+            **fields,
+        )
 
 
 class EmptyAnswerError(RuntimeError):
@@ -89,9 +111,9 @@ class SynthesizeStage(FaultHooks):
             yield extractive_answer(query, passages, self._cfg)
             return
         started = time.monotonic()
-        given = len(passages)
-        passages = passages[: await self._passages_that_fit(query, passages, context)]
-        budget = (len(passages), given - len(passages))  # passages sent, cut
+        sent, prompt_tokens = await self._passages_that_fit(query, passages, context)
+        budget = PromptBudget(sent, len(passages) - sent, prompt_tokens)
+        passages = passages[:sent]
         check = self._cfg.check
         strict = False
         # the stage returns its own verdict a little before the pipeline's timeout would cut it off
@@ -108,30 +130,19 @@ class SynthesizeStage(FaultHooks):
                 yield piece
                 if strict and time.monotonic() > deadline:
                     break
+                # a model that started repeating itself will not recover: stop paying for its tokens
+                if check.enabled and repetition("".join(pieces), partial=True):
+                    break
             if strict and time.monotonic() > deadline:
                 why = f"{first_reason} (the strict retry ran out of time)"
-                sent, cut = budget
-                yield Synthesis(
-                    "",
-                    [],
-                    False,
-                    "llm, strict retry",
-                    0,
-                    {},
-                    why,
-                    attempts=2,
-                    checked=True,
-                    passages_sent=sent,
-                    passages_cut=cut,
-                )
+                yield budget.synthesis("", [], False, "llm, strict retry", failed_check=why, attempts=2, checked=True)
                 return
             raw = "".join(pieces).strip()
             if not raw:
                 raise EmptyAnswerError("the model returned an empty answer")
             answer, cited, removed = validate_citations(raw, len(passages))
             if not check.enabled:
-                sent, cut = budget
-                yield Synthesis(answer, cited, bool(cited), "llm", removed, passages_sent=sent, passages_cut=cut)
+                yield budget.synthesis(answer, cited, bool(cited), "llm", removed_citations=removed)
                 return
             verdict = await asyncio.to_thread(
                 check_answer, answer, query, passages, self._support_scorer(), check.min_support
@@ -156,20 +167,26 @@ class SynthesizeStage(FaultHooks):
         searched = context.retrieval_query if context else None
         return synthesis_messages(query, passages, self._cfg.passage_max_chars, strict, history, searched)
 
-    async def _passages_that_fit(self, query: str, passages: list[Passage], context: AnswerContext | None) -> int:
-        """How many of the passages, in order, fit the engine's context with `max_tokens` left to generate
-        (the strict retry's longer system prompt included), counted by the engine's own tokenizer."""
+    async def _passages_that_fit(
+        self, query: str, passages: list[Passage], context: AnswerContext | None
+    ) -> tuple[int, int]:
+        """How many of the passages, in order, fit the prompt budget (`max_prompt_tokens`, and the engine's
+        context with `max_tokens` left to generate; the strict retry's longer system prompt included), and
+        the tokens of that prompt, counted by the engine's own tokenizer."""
         assert self._llm is not None
         prompts = [self._messages(query, passages[:k], True, context) for k in range(1, len(passages) + 1)]
         tokens = await self._llm.prompt_tokens(prompts)
         room = self._max_model_len - self._cfg.max_tokens
+        if self._cfg.max_prompt_tokens is not None:
+            room = min(room, self._cfg.max_prompt_tokens)
         fits = sum(1 for n in tokens if n <= room)  # counts grow with k: the fitting ones are a prefix
         if fits == 0:
             raise ContextBudgetError(
-                f"one passage and the question take {tokens[0]} tokens; with max_tokens {self._cfg.max_tokens} "
-                f"that exceeds max_model_len {self._max_model_len}"
+                f"one passage and the question take {tokens[0]} tokens; the prompt budget is {room} "
+                f"(max_prompt_tokens {self._cfg.max_prompt_tokens}, max_model_len {self._max_model_len} "
+                f"less max_tokens {self._cfg.max_tokens})"
             )
-        return fits
+        return fits, tokens[fits - 1]
 
     @staticmethod
     def _checked(
@@ -179,21 +196,18 @@ class SynthesizeStage(FaultHooks):
         verdict: AnswerCheck,
         attempts: int,
         failed: str | None,
-        budget: tuple[int, int],
+        budget: PromptBudget,
     ) -> Synthesis:
-        mode = "llm" if attempts == 1 else "llm, strict retry"
-        return Synthesis(
+        return budget.synthesis(
             answer,
             cited,
-            grounded=verdict.passed,
-            mode=mode,
+            verdict.passed,
+            "llm" if attempts == 1 else "llm, strict retry",
             removed_citations=removed,
             support=verdict.support,
             failed_check=failed,
             attempts=attempts,
             checked=True,
-            passages_sent=budget[0],
-            passages_cut=budget[1],
         )
 
     async def llm_state(self, timeout_s: float = 2.0) -> str:

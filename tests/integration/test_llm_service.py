@@ -93,6 +93,8 @@ def generated_by_the_engine(synthesize: dict[str, Any]) -> bool:
 def test_readyz_reports_the_engine(service: dict[str, Any]) -> None:
     body = httpx.get(f"{service['base']}/readyz", timeout=30).json()
     assert body["ready"] and body["llm"] == "ready"
+    assert body["answer_budget"] == service["cfg"].serve.answer_budget()
+    assert body["answer_budget"]["max_tokens"] == 64 and body["answer_budget"]["timeout_s"] == 30
 
 
 def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: dict[str, Any]) -> None:
@@ -119,9 +121,10 @@ def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: di
 
 
 def test_passages_beyond_the_context_are_cut_not_refused(service: dict[str, Any]) -> None:
-    """20 passages of 900 characters do not fit 2048 tokens: the engine's tokenizer decides how many go into
-    the prompt (before, vLLM refused the prompt and the answer silently became extractive). Through the
-    stage's handle, so a slow CPU prefill is not cut off by the pipeline's timeout."""
+    """20 passages of 900 characters do not fit 2048 tokens, nor the default prompt budget: the engine's
+    tokenizer decides how many go into the prompt (before, vLLM refused the prompt and the answer silently
+    became extractive). Through the stage's handle, so a slow CPU prefill is not cut off by the pipeline's
+    timeout."""
     from ray import serve
 
     from serve.types import Passage, Synthesis
@@ -140,6 +143,8 @@ def test_passages_beyond_the_context_are_cut_not_refused(service: dict[str, Any]
     assert isinstance(final, Synthesis), final
     print(f"packaged model, 20 passages of 900 characters: {final.passages_sent} sent, {final.passages_cut} cut")
     assert final.passages_sent + final.passages_cut == 20 and final.passages_cut > 0 and final.passages_sent >= 1
+    budget = service["cfg"].serve.answer_budget()
+    assert 0 < final.prompt_tokens <= min(budget["max_prompt_tokens"], budget["max_model_len"] - budget["max_tokens"])
     assert final.grounded and final.cited == [1]
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from serve.answer_check import EmbeddingSupport, check_answer, claims, degenerate
+from serve.answer_check import EmbeddingSupport, check_answer, claims, degenerate, repetition
 from serve.types import Passage
 from tests.fakes import HashEmbedder
 
@@ -55,3 +55,13 @@ def test_a_faithful_answer_passes_and_reports_each_passages_support() -> None:
         0.4,
     )
     assert not swapped.passed and swapped.outcome == "unsupported"
+
+
+def test_a_stream_repeats_only_once_a_finished_line_or_phrase_comes_again() -> None:
+    assert repetition("Tenants are kept apart.\nTenants are kept apart", partial=True) is None
+    assert (
+        repetition("Tenants are kept apart.\nTenants are kept apart.\n", partial=True) == "degenerate: a repeated line"
+    )
+    phrase = "the store keeps them apart " * 2 + "the store keeps them apa"
+    assert repetition(phrase, partial=True) is None
+    assert repetition(phrase + "rt ", partial=True) == "degenerate: a repeated phrase"

@@ -257,7 +257,7 @@ def test_an_answer_failing_its_check_twice_is_replaced_by_the_extractive_answer(
 def test_a_checked_answer_reports_the_support_of_each_citation() -> None:
     out = checked_pipeline_run(["Passage 2 says tenants are kept apart [1]."], [])
     assert out["stages"]["synthesize"]["status"] == "ok"
-    assert out["stages"]["synthesize"]["detail"] == "llm; 3 passages sent"
+    assert re.fullmatch(r"llm; 3 passages sent \(\d+ prompt tokens\)", out["stages"]["synthesize"]["detail"])
     assert out["grounded"] and out["answer"].startswith("Passage 2")
     (citation,) = out["citations"]
     assert citation["n"] == 1 and citation["supported"] is True and citation["support"] > 0.6
@@ -284,6 +284,29 @@ def test_passages_are_packed_into_the_context_and_the_cut_ones_reported() -> Non
     assert counted[0] + 20 <= 130
 
 
+def test_the_prompt_budget_caps_the_passages_below_the_context() -> None:
+    """max_prompt_tokens bounds prefill on CPU: fewer passages go in than the context could hold."""
+
+    def packed(max_prompt_tokens: int | None) -> Synthesis:
+        stage = checked_stage(ScriptedGenerator([SUPPORTED]), max_prompt_tokens=max_prompt_tokens)
+        return synthesize(stage, passages(9))[-1]
+
+    capped, uncapped = packed(110), packed(None)
+    assert uncapped.passages_sent == 9 and uncapped.passages_cut == 0
+    assert 0 < capped.passages_sent < 9 and capped.passages_cut == 9 - capped.passages_sent
+    assert capped.prompt_tokens <= 110 < uncapped.prompt_tokens
+
+
+def test_a_repeating_answer_is_stopped_as_soon_as_it_repeats() -> None:
+    """A small model that starts repeating runs to max_tokens; the stage stops reading it at the repeat."""
+    endless = "\n".join(["How tenants are kept apart [1]"] * 40)
+    stage = checked_stage(ScriptedGenerator([endless, SUPPORTED]))
+    items = synthesize(stage, passages())
+    before_reset = [i for i in items[: next(n for n, i in enumerate(items) if isinstance(i, StreamReset))]]
+    assert len("".join(before_reset).split()) < 20 < len(endless.split())
+    assert isinstance(items[-1], Synthesis) and items[-1].grounded and items[-1].attempts == 2
+
+
 def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> None:
     stage = SynthesizeStage(
         RagcConfig.model_validate(
@@ -292,7 +315,7 @@ def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> 
         ScriptedGenerator([SUPPORTED]),
         support=EmbeddingSupport(HashEmbedder(dim=512)),
     )
-    with pytest.raises(ContextBudgetError, match="exceeds max_model_len 40"):
+    with pytest.raises(ContextBudgetError, match="max_model_len 40 less max_tokens 20"):
         synthesize(stage, passages(2))
 
 
