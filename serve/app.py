@@ -9,7 +9,7 @@ from typing import Any, cast
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
-from cluster.config import DeploymentConfig, RagcConfig, load_config
+from cluster.config import DeploymentConfig, RagcConfig, ResponseMode, load_config
 from serve.edge.ingress import make_ingress_app
 from serve.llm.engine import LLMEngine, engine_deployment_name
 from serve.roles import Stages
@@ -87,9 +87,13 @@ class HandleSynthesizer:
         self._stream = handle.options(stream=True)
 
     async def synthesize_stream(
-        self, query: str, passages: list[Passage], context: AnswerContext | None = None
+        self,
+        query: str,
+        passages: list[Passage],
+        context: AnswerContext | None = None,
+        mode: ResponseMode = "compact",
     ) -> AsyncIterator[SynthesisItem]:
-        responses = self._stream.synthesize_stream.remote(query, passages, context=context)
+        responses = self._stream.synthesize_stream.remote(query, passages, context=context, mode=mode)
         async for item in cast(DeploymentResponseGenerator, responses):
             yield item
 

@@ -8,16 +8,16 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cachetools import TTLCache
 from pydantic import ValidationError
 
-from cluster.config import ServeConfig
+from cluster.config import ResponseMode, ServeConfig
 from serve import metrics
 from serve.answerability import AnswerabilityModel, abstain_below, answerability_features
 from serve.cache import CacheScope, ResponseCache
-from serve.errors import UnavailableError
+from serve.errors import BadRequestError, UnavailableError
 from serve.extractive import extractive_answer
 from serve.roles import Stages
 from serve.types import (
@@ -100,8 +100,17 @@ class QueryPipeline:
     def scope(self, request: QueryRequest, tenant: str, filter_expr: str, index_version: int) -> CacheScope:
         turns = self._cfg.cache.history_turns_in_key
         tail = [t.model_dump() for t in request.history[-turns:]] if turns else []
-        switches = [request.top_k or self._cfg.default_top_k, request.rewrite, request.hyde, request.rerank]
+        switches: list[Any] = [request.top_k or self._cfg.default_top_k, request.rewrite, request.hyde, request.rerank]
+        switches.append(self.mode(request))
         return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version)
+
+    def mode(self, request: QueryRequest) -> ResponseMode:
+        """The request's response mode, or the configured default; one not allowed is a `BadRequestError`."""
+        allowed = self._cfg.synthesize.response_modes
+        mode = request.mode or self._cfg.synthesize.response_mode
+        if mode not in allowed:
+            raise BadRequestError(f"mode {mode!r} is not allowed; use one of: {', '.join(allowed)}")
+        return cast(ResponseMode, mode)
 
     async def run(
         self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
@@ -229,10 +238,33 @@ class QueryPipeline:
         streamed = False
         context = AnswerContext(tuple((t["role"], t["content"]) for t in history), query)
 
+        def respond(synthesis: Synthesis) -> QueryResponse:
+            public = [p.public(n) for n, p in enumerate(passages, start=1)]
+            return QueryResponse(
+                answer=synthesis.answer,
+                citations=[self._citation(public[n - 1], synthesis) for n in synthesis.cited if 1 <= n <= len(public)],
+                passages=public,
+                abstained=False,
+                grounded=synthesis.grounded,
+                stages=reports,
+                index_version=retrieved.index_version,
+                request_id=request_id,
+                tenant=tenant,
+                retrieval_query=used,
+                answerability=answerable,
+            )
+
+        mode = self.mode(request)
+        if mode == "no_text":
+            await report("synthesize", "skipped", started, "mode no_text: retrieval only, no LLM call")
+            return respond(Synthesis("", [], False, "no_text"))
+
         async def generate() -> Synthesis:
             nonlocal streamed
             final = None
-            async for item in self._stages.synthesizer.synthesize_stream(request.query, passages, context):
+            async for item in self._stages.synthesizer.synthesize_stream(
+                request.query, passages, context=context, mode=mode
+            ):
                 if isinstance(item, Synthesis):
                     final = item
                 elif isinstance(item, StreamReset):
@@ -265,20 +297,7 @@ class QueryPipeline:
             if streamed and emit:
                 await emit("reset", {"reason": "generation failed; the extractive answer follows"})
             await emit_tokens(synthesis.answer, emit)
-        public = [p.public(n) for n, p in enumerate(passages, start=1)]
-        return QueryResponse(
-            answer=synthesis.answer,
-            citations=[self._citation(public[n - 1], synthesis) for n in synthesis.cited if 1 <= n <= len(public)],
-            passages=public,
-            abstained=False,
-            grounded=synthesis.grounded,
-            stages=reports,
-            index_version=retrieved.index_version,
-            request_id=request_id,
-            tenant=tenant,
-            retrieval_query=used,
-            answerability=answerable,
-        )
+        return respond(synthesis)
 
     def _abstain_below(self) -> float:
         assert self._answerability is not None

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from cluster.config import ResponseMode
 from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
 
@@ -38,7 +39,11 @@ class Reranker(Protocol):
 
 class Synthesizer(Protocol):
     def synthesize_stream(
-        self, query: str, passages: list[Passage], context: AnswerContext | None = None
+        self,
+        query: str,
+        passages: list[Passage],
+        context: AnswerContext | None = None,
+        mode: ResponseMode = "compact",
     ) -> AsyncIterator[SynthesisItem]:
         """Text deltas as they are generated, then the checked `Synthesis`."""
         ...

@@ -86,6 +86,7 @@ class Synthesis:
     passages_sent: int = 0  # the first passages_sent of those given went into the prompt (0: not counted)
     passages_cut: int = 0  # the rest: cut to fit the engine's context
     prompt_tokens: int = 0  # what the prompt with those passages cost, by the engine's tokenizer
+    llm_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,11 @@ class QueryRequest(BaseModel):
     rewrite: bool | None = None
     hyde: bool | None = None
     rerank: bool | None = None
+    mode: str | None = Field(
+        default=None,
+        description="response mode: compact, refine, tree_summarize, accumulate or no_text (retrieval only); "
+        "default serve.synthesize.response_mode, refused with 400 when not in serve.synthesize.response_modes",
+    )
     stream: bool = False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 
@@ -68,6 +69,7 @@ class FakeStages:
         self.version = 3
         self.rerank_scores = [4.0, 1.0, 0.5]  # the cross-encoder's best logits the fake reports
         self.contexts: list = []  # what each synthesize_stream call was given as its AnswerContext
+        self.modes: list = []  # the response mode of each synthesize_stream call
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -96,13 +98,14 @@ class FakeStages:
         await self._enter("rerank")
         return Reranked(list(reversed(passages))[:top_n], "ok", list(self.rerank_scores))
 
-    async def synthesize_stream(self, query, passages, context=None):  # type: ignore[no-untyped-def]
+    async def synthesize_stream(self, query, passages, context=None, mode="compact"):  # type: ignore[no-untyped-def]
         """Streams "LLM answer [1]" token by token; `synthesize_midstream` fails after the first token."""
         import asyncio
 
         from serve.types import Synthesis
 
         self.contexts.append(context)
+        self.modes.append(mode)
         await self._enter("synthesize")
         for n, piece in enumerate(["LLM ", "answer ", "[1]"]):
             if n == 1 and "synthesize_midstream" in self.fail:
@@ -125,9 +128,11 @@ class ScriptedGenerator:
     """Satisfies serve.generation.TextGenerator: replies with the next scripted text (or raises it when it
     is an exception), streamed word by word; records the messages and params it was given."""
 
-    def __init__(self, replies: list) -> None:  # type: ignore[type-arg]
+    def __init__(self, replies: list, word_delay_s: float = 0.0) -> None:  # type: ignore[type-arg]
         self.replies = list(replies)
+        self.word_delay_s = word_delay_s  # a slow engine: each streamed word takes this long
         self.calls: list[tuple[list[dict[str, str]], object]] = []
+        self.abandoned = 0  # streams the caller stopped reading (and closed) before their end
 
     def _next(self, messages, params) -> str:  # type: ignore[no-untyped-def]
         self.calls.append((messages, params))
@@ -148,8 +153,14 @@ class ScriptedGenerator:
 
     async def stream(self, messages, params):  # type: ignore[no-untyped-def]
         text = self._next(messages, params)
-        for word in text.split(" "):
-            yield word + " "
+        try:
+            for word in text.split(" "):
+                if self.word_delay_s:
+                    await asyncio.sleep(self.word_delay_s)
+                yield word + " "
+        except GeneratorExit:
+            self.abandoned += 1
+            raise
 
 
 def fake_stages(fake: FakeStages) -> Stages:

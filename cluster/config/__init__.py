@@ -15,6 +15,7 @@ from cluster.config.ingest import IngestConfig, IngestFaults
 from cluster.config.runtime import LocalConfig, RayConfig
 from cluster.config.serve import (
     EQUALITY_OPS,
+    RESPONSE_MODES,
     STAGES,
     AnswerabilityConfig,
     AuthConfig,
@@ -26,6 +27,7 @@ from cluster.config.serve import (
     LLMConfig,
     LLMEngineConfig,
     RerankConfig,
+    ResponseMode,
     RetrieveConfig,
     RewriteConfig,
     ServeConfig,
@@ -44,6 +46,7 @@ __all__ = [
     "ENV_NESTING",
     "ENV_PREFIX",
     "EQUALITY_OPS",
+    "RESPONSE_MODES",
     "STAGES",
     "AnswerabilityConfig",
     "AuthConfig",
@@ -65,6 +68,7 @@ __all__ = [
     "RedisConfig",
     "RerankConfig",
     "RerankTrainingConfig",
+    "ResponseMode",
     "RetrieveConfig",
     "RewriteConfig",
     "SecretRef",

@@ -187,16 +187,31 @@ class AnswerCheckConfig(Section):
     )
 
 
+ResponseMode = Literal["compact", "refine", "tree_summarize", "accumulate", "no_text"]
+RESPONSE_MODES: tuple[ResponseMode, ...] = ("compact", "refine", "tree_summarize", "accumulate", "no_text")
+
+
 class SynthesizeConfig(Section):
+    response_mode: ResponseMode = Field(
+        default="compact",
+        description="compact: as many passages as fit, one LLM call; refine: answer from the first batch, "
+        "refine with each next; tree_summarize: an answer per batch, then one over them; accumulate: an "
+        "answer per passage, concatenated; no_text: retrieval only, no LLM call",
+    )
+    response_modes: list[ResponseMode] = Field(
+        default_factory=lambda: list(RESPONSE_MODES),
+        min_length=1,
+        description="the modes a request may ask for (`mode`); others are refused with 400",
+    )
     timeout_s: float = Field(default=25.0, gt=0, description="whole generation (CPU default; tighten on GPU)")
     engine: str = Field(default="default", description="the `serve.llm.engines` entry that answers")
     max_tokens: int = Field(
-        default=96,
+        default=80,
         gt=0,
         description="tokens generated per attempt (CPU default: an answer and its strict retry both fit timeout_s)",
     )
     max_prompt_tokens: int | None = Field(
-        default=768,
+        default=512,
         gt=0,
         description="the prompt (instructions, history, passages) is packed up to this many tokens; prefill "
         "time grows with it on CPU (null: only max_model_len - max_tokens bounds it, the GPU setting)",
@@ -208,6 +223,12 @@ class SynthesizeConfig(Section):
     check: AnswerCheckConfig = Field(default_factory=AnswerCheckConfig)
     history_turns: int = Field(default=4, ge=0, description="conversation turns the answer sees (0: none)")
     history_max_chars: int = Field(default=1500, gt=0, description="the most recent turns are kept up to this")
+
+    @model_validator(mode="after")
+    def _default_mode_allowed(self) -> SynthesizeConfig:
+        if self.response_mode not in self.response_modes:
+            raise ValueError(f"response_mode {self.response_mode!r} is not in response_modes {self.response_modes}")
+        return self
 
 
 def _llm_deployment() -> DeploymentConfig:

@@ -146,6 +146,7 @@ class Ingress:
             raise BadRequestError(f"a history turn is longer than {limits.max_turn_chars} characters")
         if parsed.top_k is not None and not 1 <= parsed.top_k <= limits.max_top_k:
             raise BadRequestError(f"top_k must be between 1 and {limits.max_top_k}")
+        self._pipeline.mode(parsed)  # an unknown or disallowed mode is refused before any work
         return parsed.model_copy(update={"query": query})
 
     async def readyz(self, full: bool) -> Response:

@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from cluster.config import LLMEngineConfig, RagcConfig
@@ -76,7 +76,7 @@ class LLMEngine(FaultHooks):
             stream_interval=self._stream_interval,
         )
 
-    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
+    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[str, None]:
         """Text deltas as the engine produces them; a cancelled caller aborts the engine request."""
         await self._injected_delay()
         prompt = self._prompt(messages)

@@ -3,7 +3,7 @@ deployment through a Serve handle in the app, a fake in unit tests."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ class GenerationParams:
 class TextGenerator(Protocol):
     async def generate(self, messages: Messages, params: GenerationParams) -> str: ...
 
-    def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]: ...
+    def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[str, None]: ...
 
     async def ready(self) -> None:
         """Returns when the engine answers its health check and has warmed up; raises otherwise."""
@@ -43,9 +43,19 @@ class HandleGenerator:
     async def generate(self, messages: Messages, params: GenerationParams) -> str:
         return await self._handle.generate.remote(messages, params)
 
-    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncIterator[str]:
-        async for piece in self._streaming.stream.remote(messages, params):
-            yield piece
+    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[str, None]:
+        response = self._streaming.stream.remote(messages, params)
+        finished = False
+        try:
+            async for piece in response:
+                yield piece
+            finished = True
+        finally:
+            if not finished:
+                # a caller that stops reading (a repeat found, a deadline) stops the engine: cancelling the
+                # replica's call aborts its vLLM request, which would otherwise run on to max_tokens and
+                # slow the next answer down
+                response.cancel()
 
     async def ready(self) -> None:
         await self._handle.ready.remote()

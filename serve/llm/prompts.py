@@ -22,6 +22,16 @@ STRICT_SYNTHESIS_RULES = (
     " Answer in one to three sentences. End every sentence with the number of the passage it comes from, "
     "like [2]. Use the words of that passage. Never repeat a sentence."
 )
+# `refine`: the answer from earlier passages is improved with the next batch.
+REFINE_INSTRUCTION = (
+    "Below is an answer written from earlier passages. Improve it with these passages where they add to it; "
+    "keep its citations and cite these passages like [n]. If they add nothing, repeat the earlier answer."
+)
+# `tree_summarize`: the per-batch answers are combined; their citations are the passages' own numbers.
+COMBINE_SYSTEM = (
+    "You combine partial answers to a question into one answer. Keep every citation number in square "
+    "brackets exactly as written. Do not add anything the partial answers do not say."
+)
 REWRITE_SYSTEM = (
     "Rewrite the user's last question as one self-contained search query, resolving words like it, they, "
     "that or this from the conversation. Do not answer it. Reply with the query only, on one line.\n"
@@ -106,11 +116,15 @@ def synthesis_messages(
     strict: bool = False,
     history: Messages | None = None,
     retrieval_query: str | None = None,
+    first_number: int = 1,
+    earlier_answer: str | None = None,
 ) -> Messages:
     """`history`: earlier turns, already cut to the budget (`recent_history`), sent as chat turns before the
-    passages; `retrieval_query`: what was searched when it differs from the question as asked."""
+    passages; `retrieval_query`: what was searched when it differs from the question as asked;
+    `first_number`: the number of the first passage (a later batch keeps the numbers of the answer's
+    passages); `earlier_answer`: the answer so far, to be refined with these passages (`refine` mode)."""
     blocks = []
-    for n, passage in enumerate(passages, start=1):
+    for n, passage in enumerate(passages, start=first_number):
         body = " ".join(passage.text.split())[:passage_max_chars]
         # The delimiters are ours: a passage cannot close the block early.
         body = body.replace(PASSAGES_CLOSE, "").replace(PASSAGES_OPEN, "")
@@ -118,12 +132,23 @@ def synthesis_messages(
         blocks.append(f"[{n}]{heading} {body}")
     context = "\n\n".join(blocks)
     searched = f"\n(Searched as: {retrieval_query})" if retrieval_query and retrieval_query != query else ""
+    ask = "Answer from the passages, citing them like [1]:"
+    if earlier_answer is not None:
+        ask = f"{REFINE_INSTRUCTION}\nEarlier answer: {earlier_answer}\nImproved answer:"
     return [
         {"role": "system", "content": SYNTHESIS_SYSTEM + (STRICT_SYNTHESIS_RULES if strict else "")},
         *(history or []),
         {
             "role": "user",
-            "content": f"{PASSAGES_OPEN}\n{context}\n{PASSAGES_CLOSE}\n\nQuestion: {query}{searched}\n"
-            "Answer from the passages, citing them like [1]:",
+            "content": f"{PASSAGES_OPEN}\n{context}\n{PASSAGES_CLOSE}\n\nQuestion: {query}{searched}\n{ask}",
         },
+    ]
+
+
+def combine_messages(query: str, partial_answers: list[str]) -> Messages:
+    """`tree_summarize`: one answer over the answers each batch of passages gave."""
+    listed = "\n".join(f"- {answer}" for answer in partial_answers)
+    return [
+        {"role": "system", "content": COMBINE_SYSTEM},
+        {"role": "user", "content": f"Question: {query}\n\nPartial answers:\n{listed}\n\nCombined answer:"},
     ]

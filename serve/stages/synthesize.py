@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.config import RagcConfig
+from cluster.config import RagcConfig, ResponseMode
 from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer, repetition
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages, as_generator
-from serve.llm.prompts import cited_sentences_pattern, recent_history, synthesis_messages
+from serve.llm.prompts import cited_sentences_pattern, combine_messages, recent_history, synthesis_messages
 from serve.types import AnswerContext, Passage, StreamReset, Synthesis, SynthesisItem
 
 CITATION = re.compile(r"\[(\d+)\]")
@@ -85,15 +87,18 @@ class SynthesizeStage(FaultHooks):
         self._embedding = cfg.embedding
         self._llm = as_generator(llm)
         self._support = support
+        self._support_loading = threading.Lock()
         self.inject_delay(cfg.serve.faults.delay_s.get("synthesize", 0.0))
 
     def _support_scorer(self) -> SupportScorer:
-        """The embedding model, loaded on the first answer to check (a stage without an LLM never needs it)."""
-        if self._support is None:
-            from cluster.models import SentenceTransformerEmbedder
+        """The embedding model, loaded when the LLM is first reported ready (a stage without an LLM never
+        needs it), so that the first answer does not pay for the load."""
+        with self._support_loading:
+            if self._support is None:
+                from cluster.models import SentenceTransformerEmbedder
 
-            self._support = EmbeddingSupport(SentenceTransformerEmbedder(self._embedding))
-        return self._support
+                self._support = EmbeddingSupport(SentenceTransformerEmbedder(self._embedding))
+            return self._support
 
     async def synthesize_stream(
         self,
@@ -101,15 +106,45 @@ class SynthesizeStage(FaultHooks):
         passages: list[Passage],
         output_pattern: str | None = None,
         context: AnswerContext | None = None,
+        mode: ResponseMode = "compact",
     ) -> AsyncIterator[SynthesisItem]:
         """`output_pattern` constrains the generated text (structured output), e.g. to force a format;
-        `context`: the conversation and the searched query, so a follow-up is answered in context."""
+        `context`: the conversation and the searched query, so a follow-up is answered in context;
+        `mode`: how the passages reach the LLM (`serve.synthesize.response_mode`)."""
         if not passages:
             raise ValueError("synthesis needs at least one passage (zero passages is the abstention path)")
+        if mode == "no_text":
+            raise ValueError("no_text makes no LLM call: the pipeline does not call synthesis for it")
         await self._injected_delay()
         if self._llm is None:
             yield extractive_answer(query, passages, self._cfg)
             return
+        if mode == "compact":
+            async for item in self._compact(query, passages, output_pattern, context):
+                yield item
+        else:
+            async for item in self._multi_call(query, passages, context, mode):
+                yield item
+
+    async def _call(
+        self, messages: Messages, params: GenerationParams, deadline: float, sink: list[str]
+    ) -> AsyncIterator[str]:
+        """One LLM call, streamed into `sink` and yielded piece by piece. It stops reading (which aborts the
+        engine's request) at the deadline or as soon as the text repeats itself: a model that started
+        repeating will not recover, and its tokens cost time the retry needs."""
+        assert self._llm is not None
+        async with aclosing(self._llm.stream(messages, params)) as stream:
+            async for piece in stream:
+                sink.append(piece)
+                yield piece
+                if time.monotonic() > deadline:
+                    return
+                if self._cfg.check.enabled and repetition("".join(sink), partial=True):
+                    return
+
+    async def _compact(
+        self, query: str, passages: list[Passage], output_pattern: str | None, context: AnswerContext | None
+    ) -> AsyncIterator[SynthesisItem]:
         started = time.monotonic()
         sent, prompt_tokens = await self._passages_that_fit(query, passages, context)
         budget = PromptBudget(sent, len(passages) - sent, prompt_tokens)
@@ -125,14 +160,8 @@ class SynthesizeStage(FaultHooks):
             params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=pattern)
             messages = self._messages(query, passages, strict, context)
             attempt_started = time.monotonic()
-            async for piece in self._llm.stream(messages, params):
-                pieces.append(piece)
+            async for piece in self._call(messages, params, deadline if strict else float("inf"), pieces):
                 yield piece
-                if strict and time.monotonic() > deadline:
-                    break
-                # a model that started repeating itself will not recover: stop paying for its tokens
-                if check.enabled and repetition("".join(pieces), partial=True):
-                    break
             if strict and time.monotonic() > deadline:
                 why = f"{first_reason} (the strict retry ran out of time)"
                 yield budget.synthesis("", [], False, "llm, strict retry", failed_check=why, attempts=2, checked=True)
@@ -142,7 +171,7 @@ class SynthesizeStage(FaultHooks):
                 raise EmptyAnswerError("the model returned an empty answer")
             answer, cited, removed = validate_citations(raw, len(passages))
             if not check.enabled:
-                yield budget.synthesis(answer, cited, bool(cited), "llm", removed_citations=removed)
+                yield budget.synthesis(answer, cited, bool(cited), "llm", removed_citations=removed, llm_calls=attempt)
                 return
             verdict = await asyncio.to_thread(
                 check_answer, answer, query, passages, self._support_scorer(), check.min_support
@@ -161,24 +190,157 @@ class SynthesizeStage(FaultHooks):
             first_reason = verdict.reason or ""
             strict = True
 
-    def _messages(self, query: str, passages: list[Passage], strict: bool, context: AnswerContext | None) -> Messages:
+    async def _multi_call(
+        self, query: str, passages: list[Passage], context: AnswerContext | None, mode: ResponseMode
+    ) -> AsyncIterator[SynthesisItem]:
+        """refine, tree_summarize and accumulate: several LLM calls over batches of the passages, numbered as
+        returned. Only the call whose text becomes the answer streams; a deadline reached between or during
+        calls ends the mode with the best answer so far. The answer then takes the same check (no strict
+        retry: the retry is compact's)."""
+        started = time.monotonic()
+        deadline = started + self._cfg.timeout_s * (1 - RESULT_MARGIN)
+        batches = await self._batches(query, passages, context, mode)
+        sent = batches[-1][1] if batches else 0
+        params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature)
+        planned = len(batches) + (1 if mode == "tree_summarize" and len(batches) > 1 else 0)
+        answers: list[str] = []  # refine: the answer so far; else one per batch
+        calls, cut, streamed = 0, False, False
+        for n, (start, end) in enumerate(batches):
+            if time.monotonic() > deadline:
+                cut = True
+                break
+            earlier = answers[-1] if mode == "refine" and answers else None
+            messages = self._messages(query, passages[start:end], False, context, start + 1, earlier)
+            # accumulate streams every answer; refine and a one-batch tree stream their last call
+            streams = mode == "accumulate" or n == len(batches) - 1
+            if streams and streamed:
+                yield "\n\n"
+            sink: list[str] = []
+            async for piece in self._call(messages, params, deadline, sink):
+                if streams:
+                    streamed = True
+                    yield piece
+            calls += 1
+            text = "".join(sink).strip()
+            if time.monotonic() > deadline:
+                cut = True
+                break
+            if text:
+                answers = [text] if mode == "refine" else [*answers, text]
+        if mode == "tree_summarize" and len(answers) > 1 and not cut:
+            sink = []
+            if streamed:
+                yield StreamReset("combining the batches' answers")
+                streamed = False
+            async for piece in self._call(combine_messages(query, answers), params, deadline, sink):
+                streamed = True
+                yield piece
+            calls += 1
+            if time.monotonic() > deadline:
+                cut = True
+            elif "".join(sink).strip():
+                answers = ["".join(sink).strip()]
+        label = f"llm, {mode}, {calls} LLM calls" + (f", cut at the deadline ({calls} of {planned})" if cut else "")
+        verdict: AnswerCheck | None = None
+        if mode == "accumulate" and self._cfg.check.enabled and answers:
+            # each passage's answer is checked alone: answers to one question share phrases, which in
+            # one text would read as repetition; an answer that fails is dropped, the others are served
+            verdicts = [await self._verdict(part, query, passages[:sent]) for part in answers]
+            dropped = [v.reason for v in verdicts if not v.passed]
+            kept = [(part, v) for part, v in zip(answers, verdicts, strict=True) if v.passed]
+            if dropped and kept:
+                label += f", {len(dropped)} answer{'s' if len(dropped) > 1 else ''} dropped ({dropped[0]})"
+            answers = [part for part, _ in kept] or answers
+            support: dict[int, float] = {}
+            for _, v in kept:
+                support |= {n: max(score, support.get(n, score)) for n, score in v.support.items()}
+            verdict = AnswerCheck(None if kept else dropped[0], support=support)
+        best = "\n\n".join(answers)
+        if streamed and (cut or (verdict is not None and "dropped" in label)):
+            yield StreamReset("the answer was cut at the deadline or lost answers to the check; what is kept follows")
+            if best:
+                yield best
+        if not best:
+            raise EmptyAnswerError(f"{mode}: no LLM call finished before the deadline" if cut else "empty answers")
+        budget = PromptBudget(sent, len(passages) - sent, 0)
+        answer, cited, removed = validate_citations(best, sent)
+        if not self._cfg.check.enabled:
+            yield budget.synthesis(answer, cited, bool(cited), label, removed_citations=removed, llm_calls=calls)
+            return
+        if verdict is None:
+            verdict = await self._verdict(answer, query, passages[:sent])
+        yield budget.synthesis(
+            answer,
+            cited,
+            verdict.passed,
+            label,
+            removed_citations=removed,
+            support=verdict.support,
+            failed_check=verdict.reason,
+            checked=True,
+            llm_calls=calls,
+        )
+
+    async def _verdict(self, text: str, query: str, passages: list[Passage]) -> AnswerCheck:
+        answer, _, _ = validate_citations(text, len(passages))
+        scorer = self._support_scorer()
+        return await asyncio.to_thread(check_answer, answer, query, passages, scorer, self._cfg.check.min_support)
+
+    async def _batches(
+        self, query: str, passages: list[Passage], context: AnswerContext | None, mode: ResponseMode
+    ) -> list[tuple[int, int]]:
+        """Consecutive [start, end) ranges of the passages, each as long as fits the prompt budget
+        (accumulate: one passage each; refine keeps room for the earlier answer, `max_tokens` long)."""
+        if mode == "accumulate":
+            for start in range(len(passages)):
+                await self._passages_that_fit(query, passages[start : start + 1], context)
+            return [(start, start + 1) for start in range(len(passages))]
+        reserve = self._cfg.max_tokens if mode == "refine" else 0
+        batches: list[tuple[int, int]] = []
+        start = 0
+        while start < len(passages):
+            fits, _ = await self._passages_that_fit(query, passages[start:], context, start + 1, reserve)
+            batches.append((start, start + fits))
+            start += fits
+        return batches
+
+    def _messages(
+        self,
+        query: str,
+        passages: list[Passage],
+        strict: bool,
+        context: AnswerContext | None,
+        first_number: int = 1,
+        earlier_answer: str | None = None,
+    ) -> Messages:
         turns = [{"role": role, "content": text} for role, text in context.history] if context else []
         history = recent_history(turns, self._cfg.history_turns, self._cfg.history_max_chars)
         searched = context.retrieval_query if context else None
-        return synthesis_messages(query, passages, self._cfg.passage_max_chars, strict, history, searched)
+        return synthesis_messages(
+            query, passages, self._cfg.passage_max_chars, strict, history, searched, first_number, earlier_answer
+        )
 
     async def _passages_that_fit(
-        self, query: str, passages: list[Passage], context: AnswerContext | None
+        self,
+        query: str,
+        passages: list[Passage],
+        context: AnswerContext | None,
+        first_number: int = 1,
+        reserve: int = 0,
     ) -> tuple[int, int]:
         """How many of the passages, in order, fit the prompt budget (`max_prompt_tokens`, and the engine's
         context with `max_tokens` left to generate; the strict retry's longer system prompt included), and
-        the tokens of that prompt, counted by the engine's own tokenizer."""
+        the tokens of that prompt, counted by the engine's own tokenizer. `reserve`: tokens kept free for
+        text added later (refine's earlier answer)."""
         assert self._llm is not None
-        prompts = [self._messages(query, passages[:k], True, context) for k in range(1, len(passages) + 1)]
+        prompts = [
+            self._messages(query, passages[:k], True, context, first_number) for k in range(1, len(passages) + 1)
+        ]
         tokens = await self._llm.prompt_tokens(prompts)
         room = self._max_model_len - self._cfg.max_tokens
         if self._cfg.max_prompt_tokens is not None:
             room = min(room, self._cfg.max_prompt_tokens)
+        room -= reserve
         fits = sum(1 for n in tokens if n <= room)  # counts grow with k: the fitting ones are a prefix
         if fits == 0:
             raise ContextBudgetError(
@@ -216,6 +378,8 @@ class SynthesizeStage(FaultHooks):
             return "off"
         try:
             await asyncio.wait_for(self._llm.ready(), timeout_s)
+            if self._cfg.check.enabled:
+                await asyncio.to_thread(self._support_scorer)
         except TimeoutError:
             return f"unavailable: no answer within {timeout_s:g}s (starting or busy)"
         except Exception as exc:  # noqa: BLE001 - the state is reported, not raised

@@ -300,8 +300,9 @@ def test_the_prompt_budget_caps_the_passages_below_the_context() -> None:
 def test_a_repeating_answer_is_stopped_as_soon_as_it_repeats() -> None:
     """A small model that starts repeating runs to max_tokens; the stage stops reading it at the repeat."""
     endless = "\n".join(["How tenants are kept apart [1]"] * 40)
-    stage = checked_stage(ScriptedGenerator([endless, SUPPORTED]))
-    items = synthesize(stage, passages())
+    llm = ScriptedGenerator([endless, SUPPORTED])
+    items = synthesize(checked_stage(llm), passages())
+    assert llm.abandoned == 1  # closed at once, so the engine's request is aborted rather than left running
     before_reset = [i for i in items[: next(n for n, i in enumerate(items) if isinstance(i, StreamReset))]]
     assert len("".join(before_reset).split()) < 20 < len(endless.split())
     assert isinstance(items[-1], Synthesis) and items[-1].grounded and items[-1].attempts == 2
