@@ -284,7 +284,8 @@ class QueryPipeline:
             synthesis = await call_stage("synthesize", generate, cfg.synthesize.timeout_s)
             self._count_check(synthesis)
             if synthesis.failed_check:
-                failure_reason = "; ".join([synthesis.failed_check, *self._budget_text(synthesis)])
+                calls = [synthesis.mode.removeprefix("llm, ")] if synthesis.response_mode != "compact" else []
+                failure_reason = "; ".join([synthesis.failed_check, *calls, *self._budget_text(synthesis)])
         except StageFailure as failure:
             failure_reason = failure.reason
         if failure_reason is None:

@@ -87,6 +87,7 @@ class Synthesis:
     passages_cut: int = 0  # the rest: cut to fit the engine's context
     prompt_tokens: int = 0  # what the prompt with those passages cost, by the engine's tokenizer
     llm_calls: int = 0
+    response_mode: str = "compact"
 
 
 @dataclass(frozen=True)

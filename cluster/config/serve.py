@@ -211,7 +211,7 @@ class SynthesizeConfig(Section):
         description="tokens generated per attempt (CPU default: an answer and its strict retry both fit timeout_s)",
     )
     max_prompt_tokens: int | None = Field(
-        default=512,
+        default=448,
         gt=0,
         description="the prompt (instructions, history, passages) is packed up to this many tokens; prefill "
         "time grows with it on CPU (null: only max_model_len - max_tokens bounds it, the GPU setting)",

@@ -265,7 +265,9 @@ class SynthesizeStage(FaultHooks):
         budget = PromptBudget(sent, len(passages) - sent, 0)
         answer, cited, removed = validate_citations(best, sent)
         if not self._cfg.check.enabled:
-            yield budget.synthesis(answer, cited, bool(cited), label, removed_citations=removed, llm_calls=calls)
+            yield budget.synthesis(
+                answer, cited, bool(cited), label, removed_citations=removed, llm_calls=calls, response_mode=mode
+            )
             return
         if verdict is None:
             verdict = await self._verdict(answer, query, passages[:sent])
@@ -279,6 +281,7 @@ class SynthesizeStage(FaultHooks):
             failed_check=verdict.reason,
             checked=True,
             llm_calls=calls,
+            response_mode=mode,
         )
 
     async def _verdict(self, text: str, query: str, passages: list[Passage]) -> AnswerCheck:
@@ -370,6 +373,7 @@ class SynthesizeStage(FaultHooks):
             failed_check=failed,
             attempts=attempts,
             checked=True,
+            llm_calls=attempts,
         )
 
     async def llm_state(self, timeout_s: float = 2.0) -> str:

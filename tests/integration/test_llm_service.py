@@ -97,6 +97,28 @@ def test_readyz_reports_the_engine(service: dict[str, Any]) -> None:
     assert body["answer_budget"]["max_tokens"] == 64 and body["answer_budget"]["timeout_s"] == 30
 
 
+def test_response_modes_over_http(service: dict[str, Any]) -> None:
+    """An unknown mode is a 400 naming the allowed ones; no_text returns passages without an LLM call;
+    accumulate asks the engine once per passage and serves what passed the check, or the extractive answer
+    with the check's reason and the mode's calls."""
+    refused = httpx.post(
+        f"{service['base']}/v1/query", json={"query": "How are tenants kept apart?", "mode": "bogus"}, headers=KEY
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"].endswith("use one of: compact, refine, tree_summarize, accumulate, no_text")
+    plain = ask(service, {"query": "How are tenants kept apart?", "mode": "no_text", "rerank": False})
+    assert plain["answer"] == "" and plain["passages"] and not plain["citations"]
+    assert plain["stages"]["synthesize"]["status"] == "skipped"
+    out = ask(service, {"query": "How are tenants kept apart?", "mode": "accumulate", "top_k": 2, "rerank": False})
+    synthesize = out["stages"]["synthesize"]
+    print(f"accumulate over 2 passages: {synthesize}")
+    assert "accumulate, 2 LLM calls" in synthesize["detail"]
+    if synthesize["status"] == "ok":
+        assert out["grounded"] and all(c["supported"] for c in out["citations"])
+    else:
+        assert CHECK_FAILURE.match(synthesize["detail"]) and out["citations"]
+
+
 def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: dict[str, Any]) -> None:
     body = {"query": "How are tenants kept apart?", "stream": True, "rerank": False, "rewrite": False}
     stream = post_stream(f"{service['base']}/v1/query", body, KEY, 120)

@@ -11,6 +11,7 @@ from serve.answer_check import EmbeddingSupport
 from serve.errors import BadRequestError
 from serve.llm.prompts import COMBINE_SYSTEM, synthesis_messages
 from serve.pipeline import QueryPipeline
+from serve.roles import Stages
 from serve.stages.synthesize import SynthesizeStage
 from serve.types import Passage, QueryRequest, StreamReset, Synthesis
 from tests.fakes import FakeStages, HashEmbedder, ScriptedGenerator, fake_stages
@@ -120,6 +121,20 @@ def pipeline(**synthesize: object) -> tuple[QueryPipeline, FakeStages]:
     fake = FakeStages(passages(3))
     cfg = RagcConfig.model_validate({"serve": {"synthesize": synthesize}})
     return QueryPipeline(cfg.serve, fake_stages(fake)), fake
+
+
+def test_a_failed_mode_answer_falls_back_with_the_mode_in_the_detail() -> None:
+    fake = FakeStages(passages(2))
+    llm = ScriptedGenerator([reply(0), "Tenants are kept apart in every passage store."])
+    s = stage(llm, max_prompt_tokens=one_passage_budget(reserve=5), max_tokens=5)
+    out = asyncio.run(
+        QueryPipeline(RagcConfig().serve, Stages(fake, fake, fake, s)).run(
+            QueryRequest(query="are tenants apart?", mode="refine"), "t1", "", "r"
+        )
+    )
+    detail = out.stages["synthesize"].detail or ""
+    assert out.stages["synthesize"].status == "fallback"
+    assert detail.startswith("extractive answer: uncited claim") and "; refine, 2 LLM calls; 2 passages sent" in detail
 
 
 def test_the_request_mode_reaches_the_stage_and_the_cache_key() -> None:
