@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cluster.config import RagcConfig, load_config
+from cluster.config import RESPONSE_MODES, RagcConfig, load_config
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
 
@@ -251,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--top-k", type=int)
     query.add_argument("--stream", action="store_true")
     query.add_argument("--no-rerank", action="store_true")
+    query.add_argument("--mode", choices=RESPONSE_MODES, help="response mode (default: the service's)")
     query.add_argument("--url", help="service base URL (default: the local cluster's)")
     query.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="default: $RAGC_API_KEY")
     query.set_defaults(func=cmd_query)

@@ -38,8 +38,11 @@ def render(result: dict[str, Any]) -> str:
     lines = [result["answer"], ""]
     for c in result.get("citations", []):
         lines.append(f"[{c['n']}] {c['title'] or c['doc_id']} ({c['source']})")
-    stages = "  ".join(f"{k}={v['status']}:{v['ms']:.0f}ms" for k, v in result.get("stages", {}).items())
-    lines.append(f"stages: {stages}  index_version={result.get('index_version')}")
+    stages = result.get("stages", {})
+    timings = "  ".join(f"{k}={v['status']}:{v['ms']:.0f}ms" for k, v in stages.items())
+    lines.append(f"stages: {timings}  index_version={result.get('index_version')}")
+    # what a stage used or why it fell back (e.g. the answer check's reason for an extractive answer)
+    lines += [f"  {k}: {v['detail']}" for k, v in stages.items() if v.get("detail") and v["status"] != "skipped"]
     return "\n".join(lines)
 
 
@@ -53,6 +56,8 @@ def run_query(cfg: RagcConfig, args: argparse.Namespace) -> int:
         body["top_k"] = args.top_k
     if args.no_rerank:
         body["rerank"] = False
+    if args.mode:
+        body["mode"] = args.mode
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     url = (args.url or http_url(cfg)).rstrip("/") + "/v1/query"
     if args.stream:

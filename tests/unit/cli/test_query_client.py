@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.query_client import parse_filters
+from cli.query_client import parse_filters, render
 from cluster.config import FilterField, RagcConfig
 
 
@@ -18,3 +18,18 @@ def test_filters_take_their_types_from_the_config() -> None:
 def test_a_malformed_filter_flag_is_refused() -> None:
     with pytest.raises(ValueError, match="bad filter"):
         parse_filters(["year"], RagcConfig().serve.filters)
+
+
+def test_the_answer_is_printed_with_why_a_stage_fell_back() -> None:
+    result = {
+        "answer": "Tenants are kept apart by the store [1].",
+        "citations": [{"n": 1, "title": "Tenancy", "doc_id": "t.md", "source": "t.md"}],
+        "stages": {
+            "rewrite": {"status": "skipped", "ms": 0.0, "detail": "not requested"},
+            "synthesize": {"status": "fallback", "ms": 12000.0, "detail": "extractive answer: degenerate"},
+        },
+        "index_version": 3,
+    }
+    text = render(result)
+    assert "synthesize=fallback:12000ms" in text and "  synthesize: extractive answer: degenerate" in text
+    assert "not requested" not in text
