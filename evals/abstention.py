@@ -66,16 +66,27 @@ def read_ids(path: Path) -> set[str]:
 
 @dataclass(frozen=True)
 class Rates:
+    """Exact shares (rounded only for the report) and, where known, the counts behind them: a comparison such
+    as "twice as many" must be made on counts, since 4/67 rounds to 0.0597 and 2/67 to 0.0299."""
+
     floor: float
     abstention: float  # share of unanswerable questions that got no passage
     false_abstention: float  # share of answerable questions that got no passage
+    abstained: int | None = None  # unanswerable questions that got no passage
+    falsely_abstained: int | None = None  # answerable questions that got no passage
 
     def as_dict(self) -> dict[str, float]:
-        return {"floor": round(self.floor, 4), "abstention": self.abstention, "false_abstention": self.false_abstention}
+        rates = {
+            "floor": round(self.floor, 4),
+            "abstention": round(self.abstention, 4),
+            "false_abstention": round(self.false_abstention, 4),
+        }
+        counts = {"abstained": self.abstained, "falsely_abstained": self.falsely_abstained}
+        return rates | {name: n for name, n in counts.items() if n is not None}
 
     @classmethod
     def of(cls, point: Any) -> Rates:
-        """From a calibration file's operating point."""
+        """From a calibration file's operating point (shares only)."""
         return cls(point.threshold, point.abstention, point.false_abstention)
 
 
@@ -84,11 +95,8 @@ def rates_at(floor: float, best: dict[str, float | None], unanswerable: set[str]
     abstained = {q for q, cos in best.items() if cos is None or cos < floor}
     bad = [q for q in best if q in unanswerable]
     good = [q for q in best if q not in unanswerable]
-    return Rates(
-        floor,
-        round(sum(q in abstained for q in bad) / max(1, len(bad)), 4),
-        round(sum(q in abstained for q in good) / max(1, len(good)), 4),
-    )
+    caught, lost = sum(q in abstained for q in bad), sum(q in abstained for q in good)
+    return Rates(floor, caught / max(1, len(bad)), lost / max(1, len(good)), caught, lost)
 
 
 def curve(best: dict[str, float | None], unanswerable: set[str], step: float = 0.01) -> list[Rates]:

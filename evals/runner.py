@@ -172,11 +172,14 @@ def abstention_section(runner: PipelineRunner, req: EvalRequest, eval_set: EvalS
     # the test figures come from the retriever itself with that floor, not from the cosines above
     empty = {q for q, text in eval_set.queries.items() if not runner.passages(SERVICE_HYBRID, text, chosen.floor)}
     answerable, unanswered = split_members(eval_set.qrels, unanswerable)
-    abstention = round(sum(q in empty for q in unanswered) / max(1, len(unanswered)), 4)
-    false_abstention = round(sum(q in empty for q in answerable) / max(1, len(answerable)), 4)
+    caught, lost = sum(q in empty for q in unanswered), sum(q in empty for q in answerable)
+    abstention = round(caught / max(1, len(unanswered)), 4)
+    false_abstention = round(lost / max(1, len(answerable)), 4)
     test = {
         "abstention": abstention,
         "false_abstention": false_abstention,
+        "abstained": caught,
+        "falsely_abstained": lost,
         "unanswerable": len(unanswered),
         "answerable": len(answerable),
         "predicted_from_cosines": rates_at(chosen.floor, best_eval, unanswerable).as_dict(),

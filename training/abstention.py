@@ -120,7 +120,10 @@ def fit(examples: Examples, seed: int) -> tuple[AnswerabilityModel, list[float]]
 
 
 def point(rates: Any) -> OperatingPoint:
-    return OperatingPoint(threshold=rates.floor, abstention=rates.abstention, false_abstention=rates.false_abstention)
+    shown = rates.as_dict()
+    return OperatingPoint(
+        threshold=rates.floor, abstention=shown["abstention"], false_abstention=shown["false_abstention"]
+    )
 
 
 def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:

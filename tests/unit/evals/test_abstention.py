@@ -36,8 +36,10 @@ def test_the_signal_is_scored_alone_and_behind_each_floor() -> None:
         "u2": [0.0, 0.0, 0.0, 0.55],
     }
     section = signal_section(features, cosine_only(), UNANSWERABLE, {"floor": 0.7})
-    assert section["test"]["signal"] == {"floor": 0.5, "abstention": 0.5, "false_abstention": 0.3333}
-    assert section["test"]["signal+floor"] == {"floor": 0.5, "abstention": 1.0, "false_abstention": 0.6667}
+    shares = {"floor": 0.5, "abstention": 0.5, "false_abstention": 0.3333}
+    assert section["test"]["signal"] == shares | {"abstained": 1, "falsely_abstained": 1}
+    shares = {"floor": 0.5, "abstention": 1.0, "false_abstention": 0.6667}
+    assert section["test"]["signal+floor"] == shares | {"abstained": 2, "falsely_abstained": 2}
     assert section["auc"]["signal"] == section["auc"]["cosine"], "a monotone function of the cosine ranks alike"
     assert set(section["curves"]) == {"cosine", "signal", "signal+floor"}
     # the best any cosine floor does on these questions without more false abstention than the signal's

@@ -82,6 +82,18 @@ def test_floor_is_the_one_that_abstains_most_within_the_false_abstention_budget(
     assert points[0].floor == 0.0 and points[-1].floor == 1.0 and points[-1].false_abstention == 1.0
 
 
+def test_rates_keep_exact_shares_and_counts_so_twice_as_many_is_judged_on_questions() -> None:
+    unanswerable = {f"u{n}" for n in range(67)}
+    best: dict[str, float | None] = {f"u{n}": 0.1 if n < 4 else 0.9 for n in range(67)}
+    best |= {f"a{n}": 0.9 for n in range(10)}
+    signal, cosine = rates_at(0.5, best, unanswerable), rates_at(0.5, best | {"u2": 0.9, "u3": 0.9}, unanswerable)
+    assert (signal.abstained, cosine.abstained, signal.falsely_abstained) == (4, 2, 0)
+    assert signal.abstention == 2 * cosine.abstention  # 4/67 and 2/67, exactly
+    shown, shown_cosine = signal.as_dict(), cosine.as_dict()
+    assert shown["abstention"] < 2 * shown_cosine["abstention"]  # rounded: 0.0597 < 2 * 0.0299
+    assert shown["abstained"] == 2 * shown_cosine["abstained"]
+
+
 def test_rrf_order_lets_retrieval_rank_temper_the_cross_encoder() -> None:
     passages = [Passage(f"c{n}", f"d{n}", "t", "") for n in range(4)]
     scores = [0.1, 0.2, 0.3, 0.9]
