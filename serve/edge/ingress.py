@@ -4,6 +4,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +20,7 @@ from cluster.redis_conn import redis_url
 from serve import metrics
 from serve.answerability import load_answerability
 from serve.cache import open_response_cache
+from serve.edge import openai_compat
 from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
@@ -29,6 +31,7 @@ from serve.types import QueryRequest, QueryResponse
 logger = logging.getLogger(__name__)
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READY_RECHECK_S = 2.0
+STARTED = int(time.time())  # `created` of the models /v1/models lists
 
 
 class ErrorBody(BaseModel):
@@ -72,6 +75,21 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
     return format_sse_event(data_str=json.dumps(data), event=event)
 
 
+def sse_data(data: dict[str, Any]) -> bytes:
+    """An unnamed event, as OpenAI's stream sends them."""
+    return format_sse_event(data_str=json.dumps(data))
+
+
+def chat_error(status: int, message: str, request_id: str) -> JSONResponse:
+    metrics.count_request(status)
+    return JSONResponse(openai_compat.error_body(status, message, request_id), status_code=status)
+
+
+def _request_id(request: Request) -> str:
+    header_id = request.headers.get("x-request-id", "")
+    return header_id if REQUEST_ID.match(header_id) else uuid.uuid4().hex
+
+
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -110,7 +128,8 @@ class Ingress:
             self._not_ready["reason"] = reason
         return ok, reason
 
-    async def parse(self, request: Request) -> QueryRequest:
+    async def read_json(self, request: Request) -> dict[str, Any]:
+        """The body as a JSON object; size and content type are refused before it is read."""
         limits = self._scfg.limits
         ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if ctype not in ("application/json", ""):
@@ -129,10 +148,19 @@ class Ingress:
             raise BadRequestError(f"malformed JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise BadRequestError("the body must be a JSON object")
+        return data
+
+    async def parse(self, request: Request) -> QueryRequest:
+        data = await self.read_json(request)
         try:
             parsed = QueryRequest.model_validate(data)
         except ValidationError as exc:
             raise BadRequestError(_validation_message(exc)) from exc
+        return self.checked(parsed)
+
+    def checked(self, parsed: QueryRequest) -> QueryRequest:
+        """The limits every query path enforces, whatever API it came in through."""
+        limits = self._scfg.limits
         query = parsed.query.strip()
         if not query:
             raise BadRequestError("query is empty")
@@ -164,16 +192,23 @@ class Ingress:
         body = {"ready": ok, "reason": reason, "llm": llm, "answer_budget": self._scfg.answer_budget()}
         return JSONResponse(body, status_code=200 if ok else 503)
 
+    def _tenant(self, request: Request) -> str:
+        return self._auth.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
+
+    async def _admit(self, parsed: QueryRequest) -> str:
+        """The compiled filter expression, once the service is ready to answer."""
+        filter_expr = compile_filters(parsed.filters, self._scfg.filters, self._scfg.limits)
+        ok, reason = await self.ready()
+        if not ok:
+            raise NotReadyError(f"service not ready: {reason}")
+        return filter_expr
+
     async def handle_query(self, request: Request) -> Response:
-        header_id = request.headers.get("x-request-id", "")
-        request_id = header_id if REQUEST_ID.match(header_id) else uuid.uuid4().hex
+        request_id = _request_id(request)
         try:
-            tenant = self._auth.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
+            tenant = self._tenant(request)
             parsed = await self.parse(request)
-            filter_expr = compile_filters(parsed.filters, self._scfg.filters, self._scfg.limits)
-            ok, reason = await self.ready()
-            if not ok:
-                raise NotReadyError(f"service not ready: {reason}")
+            filter_expr = await self._admit(parsed)
             wants_stream = parsed.stream or "text/event-stream" in request.headers.get("accept", "")
             if wants_stream:
                 return EventSourceResponse(
@@ -197,9 +232,57 @@ class Ingress:
         except TimeoutError as exc:
             raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
 
+    def chat_models(self) -> dict[str, str | None]:
+        return openai_compat.models(list(self._scfg.synthesize.response_modes))
+
+    def model_list(self) -> dict[str, Any]:
+        return openai_compat.model_list(list(self._scfg.synthesize.response_modes), STARTED)
+
+    async def handle_chat(self, request: Request) -> Response:
+        """`POST /v1/chat/completions`: the same pipeline, keys, limits and filters as `/v1/query`."""
+        request_id = _request_id(request)
+        try:
+            tenant = self._tenant(request)
+            chat = openai_compat.parse_chat(await self.read_json(request))
+            parsed = self.checked(openai_compat.to_query(chat, self.chat_models()))
+            filter_expr = await self._admit(parsed)
+            if chat.stream:
+                return EventSourceResponse(
+                    self._chat_stream(parsed, chat.model, tenant, filter_expr, request_id),
+                    headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"},
+                )
+            result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
+        except _HTTPError as exc:
+            return chat_error(exc.status, exc.message, request_id)
+        except QueryError as exc:
+            return chat_error(exc.status_code, exc.message, request_id)
+        metrics.count_request(200)
+        return JSONResponse(openai_compat.completion(result, chat.model), headers={"X-Request-ID": request_id})
+
+    async def _chat_stream(
+        self, parsed: QueryRequest, model: str, tenant: str, filter_expr: str, request_id: str
+    ) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        yield sse_data(openai_compat.chunk(request_id, model, created, {"role": "assistant", "content": ""}))
+        async for event, data in self._events(parsed, tenant, filter_expr, request_id):
+            if event == "final":
+                result = QueryResponse.model_validate(data)
+                for piece in openai_compat.answer_chunks(result, model, created):
+                    yield sse_data(piece)
+            elif event == "error":
+                yield sse_data(openai_compat.error_body(data["status"], data["error"], request_id))
+        yield format_sse_event(data_str="[DONE]")
+
     async def _stream(
         self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str
     ) -> AsyncIterator[bytes]:
+        async for event, data in self._events(parsed, tenant, filter_expr, request_id):
+            yield sse(event, data)
+
+    async def _events(
+        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """The pipeline's events as they happen (`stage`, `token`, `reset`), ending with `final` or `error`."""
         queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
 
         async def emit(event: str, data: dict[str, Any]) -> None:
@@ -218,7 +301,7 @@ class Ingress:
         try:
             while True:
                 event, data = await queue.get()
-                yield sse(event, data)
+                yield event, data
                 if event in ("final", "error"):
                     break
         finally:
@@ -246,6 +329,17 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
         @api.post("/v1/query", openapi_extra=QUERY_OPENAPI, response_model=QueryResponse, responses=QUERY_RESPONSES)
         async def query(self, request: Request) -> Response:
             return await self.handle_query(request)
+
+        @api.post("/v1/chat/completions", response_model=None, tags=["openai"])
+        async def chat_completions(self, request: Request) -> Response:
+            """OpenAI-compatible: messages in, `chat.completion` (or its SSE chunks) out; citations, passages
+            and stages in the `ragc` extension field."""
+            return await self.handle_chat(request)
+
+        @api.get("/v1/models", tags=["openai"])
+        async def list_models(self) -> dict[str, Any]:
+            """OpenAI-compatible: `ragc` (the default response mode) and `ragc-<mode>` per allowed mode."""
+            return self.model_list()
 
         @api.get("/healthz")
         async def healthz(self) -> dict[str, str]:

@@ -289,6 +289,84 @@ def test_streaming_sends_stages_tokens_and_the_final_object(service: dict[str, A
     assert final["citations"]
 
 
+def openai_client(service: dict[str, Any], key: str = "key-alpha") -> Any:
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{service['base']}/v1", api_key=key, timeout=60, max_retries=0)
+
+
+def test_the_official_openai_client_gets_a_cited_answer(service: dict[str, Any]) -> None:
+    client = openai_client(service)
+    assert {m.id for m in client.models.list()} >= {"ragc", "ragc-compact", "ragc-no_text"}
+    completion = client.chat.completions.create(
+        model="ragc",
+        messages=[
+            {"role": "system", "content": "Answer like a pirate."},
+            {"role": "user", "content": "What does the ingest ledger record?"},
+            {"role": "assistant", "content": "It records each document's content hash [1]."},
+            {"role": "user", "content": "How does the reindex job avoid downtime?"},
+        ],
+        temperature=0.3,
+        extra_body={"ragc": {"top_k": 3}},
+    )
+    answer = completion.choices[0].message.content
+    ext = completion.model_extra["ragc"]
+    assert completion.choices[0].finish_reason == "stop" and completion.id == f"chatcmpl-{ext['request_id']}"
+    assert ext["tenant"] == "alpha" and not ext["abstained"] and ext["grounded"]
+    assert ext["citations"] and all(f"[{c['n']}]" in answer for c in ext["citations"])
+    assert len(ext["passages"]) <= 3 and {c["doc_id"] for c in ext["citations"]} <= alpha_doc_ids()
+    # the same pipeline as /v1/query (the system message dropped): the same turns there are a cache hit
+    history = [
+        {"role": "user", "content": "What does the ingest ledger record?"},
+        {"role": "assistant", "content": "It records each document's content hash [1]."},
+    ]
+    native = ask(service, {"query": "How does the reindex job avoid downtime?", "top_k": 3, "history": history}).json()
+    assert native["answer"] == answer and native["stages"]["cache"]["status"] != "miss"
+
+
+def test_the_openai_stream_ends_with_the_extension_and_done(service: dict[str, Any]) -> None:
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    async def collect() -> list[Any]:
+        client = AsyncOpenAI(base_url=f"{service['base']}/v1", api_key="key-beta", timeout=60, max_retries=0)
+        stream = await client.chat.completions.create(
+            model="ragc-compact",
+            messages=[{"role": "user", "content": "What do the beta team's notes say about caching?"}],
+            stream=True,
+        )
+        return [chunk async for chunk in stream]
+
+    chunks = asyncio.run(collect())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == "stop" and len(chunks) >= 3
+    ext = last.model_extra["ragc"]
+    assert ext["tenant"] == "beta" and ext["citations"] and "beta-notes.md" in {c["doc_id"] for c in ext["citations"]}
+    assert text.strip() and all(f"[{c['n']}]" in text for c in ext["citations"])
+
+
+def test_openai_errors_come_in_openais_shape(service: dict[str, Any]) -> None:
+    import openai
+
+    question = [{"role": "user", "content": "How are tenants kept apart?"}]
+    with pytest.raises(openai.AuthenticationError, match="unknown"):
+        openai_client(service, key="stolen").chat.completions.create(model="ragc", messages=question)
+    client = openai_client(service)
+    with pytest.raises(openai.NotFoundError, match="gpt-4o") as missing:
+        client.chat.completions.create(model="gpt-4o", messages=question)
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError, match="unknown filter field"):
+        client.chat.completions.create(model="ragc", messages=question, extra_body={"ragc": {"filters": {"x": 1}}})
+    with pytest.raises(openai.BadRequestError, match="user's question"):
+        client.chat.completions.create(model="ragc", messages=[{"role": "assistant", "content": "hi"}])
+    # beta's key never reaches alpha's documents through this API either
+    out = openai_client(service, key="key-beta").chat.completions.create(model="ragc", messages=question)
+    assert out.model_extra["ragc"]["tenant"] == "beta"
+    assert not {c["doc_id"] for c in out.model_extra["ragc"]["citations"]} & alpha_doc_ids()
+
+
 def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
     import concurrent.futures
 
