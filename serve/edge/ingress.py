@@ -1,4 +1,5 @@
-"""HTTP ingress (FastAPI): auth, validation, readiness gate, the end-to-end deadline, SSE streaming."""
+"""HTTP ingress (FastAPI): auth, validation, readiness gate, the end-to-end deadline, SSE streaming; the
+OpenAI-compatible chat API and the MCP server ride on the same pipeline."""
 
 import asyncio
 import json
@@ -6,7 +7,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from cachetools import TTLCache
@@ -23,6 +24,7 @@ from serve.cache import open_response_cache
 from serve.edge import openai_compat
 from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
+from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
@@ -45,6 +47,12 @@ QUERY_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueryRequest"}}},
+    },
+}
+CHAT_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
     },
 }
 QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -80,9 +88,9 @@ def sse_data(data: dict[str, Any]) -> bytes:
     return format_sse_event(data_str=json.dumps(data))
 
 
-def chat_error(status: int, message: str, request_id: str) -> JSONResponse:
+def chat_error(status: int, message: str, request_id: str, param: str | None = None) -> JSONResponse:
     metrics.count_request(status)
-    return JSONResponse(openai_compat.error_body(status, message, request_id), status_code=status)
+    return JSONResponse(openai_compat.error_body(status, message, request_id, param), status_code=status)
 
 
 def _request_id(request: Request) -> str:
@@ -193,7 +201,19 @@ class Ingress:
         return JSONResponse(body, status_code=200 if ok else 503)
 
     def _tenant(self, request: Request) -> str:
-        return self._auth.tenant_for(request.headers.get("authorization"), request.headers.get("x-api-key"))
+        return self.tenant_of(request.headers)
+
+    def tenant_of(self, headers: Mapping[str, str]) -> str:
+        return self._auth.tenant_for(headers.get("authorization"), headers.get("x-api-key"))
+
+    async def answer(self, request: QueryRequest, headers: Mapping[str, str]) -> QueryResponse:
+        """A whole query for another API on this ingress (MCP): the key's tenant, the limits, the deadline."""
+        tenant = self.tenant_of(headers)
+        parsed = self.checked(request)
+        filter_expr = await self._admit(parsed)
+        result = await self._run_with_deadline(parsed, tenant, filter_expr, uuid.uuid4().hex)
+        metrics.count_request(200)
+        return result
 
     async def _admit(self, parsed: QueryRequest) -> str:
         """The compiled filter expression, once the service is ready to answer."""
@@ -255,7 +275,7 @@ class Ingress:
         except _HTTPError as exc:
             return chat_error(exc.status, exc.message, request_id)
         except QueryError as exc:
-            return chat_error(exc.status_code, exc.message, request_id)
+            return chat_error(exc.status_code, exc.message, request_id, getattr(exc, "param", None))
         metrics.count_request(200)
         return JSONResponse(openai_compat.completion(result, chat.model), headers={"X-Request-ID": request_id})
 
@@ -318,7 +338,9 @@ class _HTTPError(Exception):
 def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
     """A fresh FastAPI app and the class whose methods are its routes; Serve's class-based ingress
     takes the routes out of the app it is given, so every application build needs its own pair."""
+    mcp = McpMount()
     api = FastAPI(
+        lifespan=mcp.lifespan,
         title="ragc query API",
         version="1",
         description="Retrieval-augmented answers with citations, per tenant. Send an API key as "
@@ -326,11 +348,15 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
     )
 
     class IngressRoutes(Ingress):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            serving(self)  # the MCP tools answer through this replica's pipeline
+
         @api.post("/v1/query", openapi_extra=QUERY_OPENAPI, response_model=QueryResponse, responses=QUERY_RESPONSES)
         async def query(self, request: Request) -> Response:
             return await self.handle_query(request)
 
-        @api.post("/v1/chat/completions", response_model=None, tags=["openai"])
+        @api.post("/v1/chat/completions", response_model=None, tags=["openai"], openapi_extra=CHAT_OPENAPI)
         async def chat_completions(self, request: Request) -> Response:
             """OpenAI-compatible: messages in, `chat.completion` (or its SSE chunks) out; citations, passages
             and stages in the `ragc` extension field."""
@@ -349,6 +375,9 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
         async def ready_route(self, full: bool = False) -> Response:
             return await self.readyz(full)
 
+    # a route for the exact path, not a mount at "/": Serve re-adds the class's routes after it
+    api.add_route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+
     def openapi() -> dict[str, Any]:
         if api.openapi_schema:
             return api.openapi_schema
@@ -356,9 +385,10 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
 
         schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        request = QueryRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(request.pop("$defs", {}))
-        components["QueryRequest"] = request
+        for model in (QueryRequest, openai_compat.ChatRequest):
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
         api.openapi_schema = schema
         return schema
 

@@ -29,6 +29,17 @@ class ModelNotFoundError(QueryError):
     status_code = 404
 
 
+class ParameterError(BadRequestError):
+    """A 400 that names the request parameter it is about (OpenAI's `error.param`)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # type: ignore[override]
+        return (type(self), (self.message, self.param))
+
+
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
@@ -72,6 +83,9 @@ class ChatRequest(BaseModel):
     n: int = 1
     tools: list[Any] | None = None
     functions: list[Any] | None = None
+    tool_choice: Any = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     ragc: RagcOptions = Field(default_factory=RagcOptions)
 
 
@@ -95,11 +109,15 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ())) or "body"
-        raise BadRequestError(f"invalid request: {where}: {err.get('msg')}") from exc
+        raise ParameterError(f"invalid request: {where}: {err.get('msg')}", where) from exc
     if chat.n != 1:
-        raise BadRequestError("n must be 1: one answer per question")
-    if chat.tools or chat.functions:
-        raise BadRequestError("tools and functions are not supported: the answer comes from retrieved passages")
+        raise ParameterError("n must be 1: one answer per question", "n")
+    for name in ("tools", "functions", "tool_choice"):
+        if getattr(chat, name):
+            raise ParameterError(f"{name} is not supported: the answer comes from retrieved passages", name)
+    for name in ("logprobs", "top_logprobs"):
+        if getattr(chat, name):
+            raise ParameterError(f"{name} is not supported: the answer is checked text, not sampled tokens", name)
     return chat
 
 
@@ -175,13 +193,13 @@ ERROR_TYPES = {
 ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found"}
 
 
-def error_body(status: int, message: str, request_id: str) -> dict[str, Any]:
+def error_body(status: int, message: str, request_id: str, param: str | None = None) -> dict[str, Any]:
     """OpenAI's error shape (the official clients raise it as the matching `APIStatusError`)."""
     return {
         "error": {
             "message": message,
             "type": ERROR_TYPES.get(status, "api_error"),
-            "param": None,
+            "param": param,
             "code": ERROR_CODES.get(status),
             "request_id": request_id,
         }

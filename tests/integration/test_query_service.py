@@ -361,10 +361,50 @@ def test_openai_errors_come_in_openais_shape(service: dict[str, Any]) -> None:
         client.chat.completions.create(model="ragc", messages=question, extra_body={"ragc": {"filters": {"x": 1}}})
     with pytest.raises(openai.BadRequestError, match="user's question"):
         client.chat.completions.create(model="ragc", messages=[{"role": "assistant", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="n must be 1") as refused:
+        client.chat.completions.create(model="ragc", messages=question, n=2)
+    assert refused.value.param == "n"
     # beta's key never reaches alpha's documents through this API either
     out = openai_client(service, key="key-beta").chat.completions.create(model="ragc", messages=question)
     assert out.model_extra["ragc"]["tenant"] == "beta"
     assert not {c["doc_id"] for c in out.model_extra["ragc"]["citations"]} & alpha_doc_ids()
+
+
+def test_the_mcp_client_lists_and_calls_search_and_ask(service: dict[str, Any]) -> None:
+    import asyncio
+
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def session(headers: dict[str, str]) -> tuple[set[str], Any, Any]:
+        url = f"{service['base']}/mcp"
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            tools = {t.name for t in (await client.list_tools()).tools}
+            search = await client.call_tool("search", {"query": "How are tenants kept apart?", "top_k": 3})
+            answer = await client.call_tool("ask", {"question": "What happens when a document is edited?"})
+            return tools, search, answer
+
+    tools, search, answer = asyncio.run(session(ALPHA))
+    assert tools == {"search", "ask"} and not search.is_error and not answer.is_error
+    found = search.structured_content
+    assert found["tenant"] == "alpha" and 1 <= len(found["passages"]) <= 3
+    assert [p["n"] for p in found["passages"]] == list(range(1, len(found["passages"]) + 1))
+    assert "security/tenant-isolation.md" in {p["doc_id"] for p in found["passages"]}
+    out = answer.structured_content
+    assert out["answer"] and out["citations"] and out["grounded"] and out["tenant"] == "alpha"
+    assert all(f"[{c['n']}]" in out["answer"] for c in out["citations"])
+    assert {c["doc_id"] for c in out["citations"]} <= alpha_doc_ids()
+    # beta's key: beta's tenant, never alpha's documents
+    _, beta_search, _ = asyncio.run(session(BETA))
+    assert beta_search.structured_content["tenant"] == "beta"
+    assert not {p["doc_id"] for p in beta_search.structured_content["passages"]} & alpha_doc_ids()
+    # no key: refused before the protocol, as on every other route
+    refused = httpx.post(f"{service['base']}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
+    assert refused.status_code == 401 and "missing" in refused.json()["error"].lower()
 
 
 def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
@@ -527,7 +567,7 @@ def test_fuzzed_requests_never_get_a_5xx(service: dict[str, Any]) -> None:
     """schemathesis cases for every operation of the service's own OpenAPI schema (bounded, derandomized)."""
     schema = schemathesis.openapi.from_url(f"{service['base']}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert {op.path for op in operations} >= {"/v1/query", "/healthz", "/readyz"}
+    assert {op.path for op in operations} >= {"/v1/query", "/v1/chat/completions", "/v1/models", "/healthz", "/readyz"}
     for operation in operations:
 
         @given(case=operation.as_strategy())

@@ -75,6 +75,7 @@ def test_the_last_user_message_is_the_question_and_earlier_turns_the_history() -
         (chat(messages=[{"role": "assistant", "content": "hi"}]), "must be the user's question"),
         (chat(n=2), "n must be 1"),
         (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (chat(logprobs=True), "logprobs"),
         (chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]), "image_url"),
         (chat(ragc={"top_k": "many"}), "ragc.top_k"),
         (chat(ragc={"tenant": "other"}), "ragc.tenant"),
@@ -131,3 +132,19 @@ def test_errors_have_openais_shape() -> None:
         }
     }
     assert openai_compat.error_body(503, "busy", "r")["error"]["type"] == "service_unavailable"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (chat(n=3), "n"),
+        (chat(logprobs=True), "logprobs"),
+        (chat(tool_choice="auto"), "tool_choice"),
+        (chat(ragc={"top_k": "x"}), "ragc.top_k"),
+    ],
+)
+def test_a_refused_parameter_is_named(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(openai_compat.ParameterError) as refused:
+        parse_chat(body)
+    assert refused.value.param == param and refused.value.status_code == 400
+    assert openai_compat.error_body(400, refused.value.message, "r", refused.value.param)["error"]["param"] == param

@@ -21,6 +21,9 @@ def test_the_query_response_schema_is_the_response_model() -> None:
         assert error == {"$ref": "#/components/schemas/ErrorBody"}, status
     assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/QueryRequest")
     assert {"QueryRequest", "Turn"} <= set(components)
+    chat = schema["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert chat == {"$ref": "#/components/schemas/ChatRequest"} and {"ChatMessage", "RagcOptions"} <= set(components)
+    assert "/v1/models" in schema["paths"]
 
 
 def test_a_cached_response_round_trips_through_its_json() -> None:
