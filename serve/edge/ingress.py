@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel, Field, ValidationError
+from starlette.routing import Route
 
 from cluster.config import RagcConfig
 from cluster.redis_conn import redis_url
@@ -376,7 +377,7 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
             return await self.readyz(full)
 
     # a route for the exact path, not a mount at "/": Serve re-adds the class's routes after it
-    api.add_route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    api.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema:
