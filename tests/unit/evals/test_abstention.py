@@ -51,3 +51,35 @@ def test_the_configured_operating_point_is_the_one_reported() -> None:
     features = {"a1": [0.0, 0.0, 0.0, 0.9], "u1": [0.0, 0.0, 0.0, 0.4]}
     section = signal_section(features, cosine_only(), {"u1"}, {}, threshold=0.99)
     assert section["threshold"] == 0.99 and section["test"]["signal"]["false_abstention"] == 1.0
+
+
+class WithholdingRunner:
+    """The best cosine falls to 0.3 when a question's relevant documents are withheld from its candidates."""
+
+    def __init__(self) -> None:
+        self.withheld: dict[str, frozenset[str]] = {}
+
+    def answerability_features(self, query: str, withheld: frozenset[str] = frozenset()) -> list[float] | None:
+        self.withheld[query] = withheld
+        return [0.0, 0.0, 0.0, 0.3 if withheld else 0.9]
+
+
+def test_withheld_copies_add_an_unanswerable_example_per_answerable_question() -> None:
+    from evals.beir import EvalSet
+    from evals.runner import withheld_copies_section
+
+    questions = EvalSet("s", "test", {"a1": "q a1", "a2": "q a2", "u1": "q u1"}, {})
+    questions.qrels.update({"a1": {"d1": 1, "d9": 0}, "a2": {"d2": 2}, "u1": {"gone": 1}})
+    features: dict[str, list[float] | None] = {"a1": [0.0, 0.0, 0.0, 0.9], "a2": None, "u1": [0.0, 0.0, 0.0, 0.4]}
+    runner = WithholdingRunner()
+    section = withheld_copies_section(runner, questions, features, cosine_only(), {"u1"}, 0.5)  # type: ignore[arg-type]
+    assert runner.withheld == {"q a1": frozenset({"d1"}), "q a2": frozenset({"d2"})}  # judged 0 stays in
+    assert section["withheld_copies"] == 2 and "curves" not in section
+    # u1 and both copies abstain (cosine < 0.5); a2 had no candidate at all: a false abstention
+    assert section["test"]["signal"] | {"floor": 0} == {
+        "floor": 0,
+        "abstention": 1.0,
+        "false_abstention": 0.5,
+        "abstained": 3,
+        "falsely_abstained": 1,
+    }
