@@ -97,6 +97,20 @@ def test_the_reranker_never_saw_the_test_split(reranker: dict[str, Any]) -> None
     assert reranker["training"]["precision"] in ("float32", "bfloat16") and reranker["training"]["threads"] >= 1
 
 
+def test_the_trained_reranker_loads_in_the_rerank_stage(reranker: dict[str, Any]) -> None:
+    """What `serve.rerank.model: DIR` does in a replica, with the model the gate just trained."""
+    from cluster.config import RagcConfig
+    from serve.stages.rerank import RerankStage
+
+    assert (Path(reranker["model"]) / "ragc_training.json").exists() and reranker["training"]["steps"] > 0
+    cfg = RagcConfig.model_validate({"serve": {"rerank": {"model": reranker["model"]}}})
+    stage = RerankStage(cfg.model_dump(mode="json"))
+    assert stage._scorer is not None
+    claim = "Aspirin lowers the risk of colorectal cancer."
+    scores = stage._scorer.score([(claim, "Aspirin use and colorectal cancer risk: a cohort study."), (claim, "x")])
+    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+
+
 def test_report_has_the_table_and_charts(quality: dict[str, Any]) -> None:
     written = [Path(p) for p in quality["written"]]
     report = next(p for p in written if p.suffix == ".md").read_text()
