@@ -32,3 +32,16 @@ class UnavailableError(QueryError):
 
 class DeadlineError(QueryError):
     status_code = 504
+
+
+class RateLimitedError(QueryError):
+    """Over a tenant's limit: the client may retry after `retry_after_s` (HTTP `Retry-After`)."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:  # type: ignore[override]
+        return (type(self), (self.message, self.retry_after_s))

@@ -30,6 +30,8 @@ class QueryMetrics:
     cache: Counter
     removed_citations: Counter
     answer_checks: Counter
+    limited: Counter
+    limiter_fallbacks: Counter
 
 
 @cache
@@ -56,6 +58,10 @@ def query_metrics() -> QueryMetrics:
             "Generated answers by check outcome (passed, degenerate, uncited, unsupported, unchecked) and attempts",
             tag_keys=CHECK_TAGS,
         ),
+        limited=Counter("ragc_limited_requests", "Requests refused with 429, by the limit hit", tag_keys=("limit",)),
+        limiter_fallbacks=Counter(
+            "ragc_limiter_fallbacks", "Times an ingress replica fell back to its own limiter because Redis failed"
+        ),
     )
 
 
@@ -68,3 +74,11 @@ def observe_stage(stage: str, status: str, seconds: float) -> None:
 
 def count_request(code: int | str) -> None:
     query_metrics().requests.inc(tags={"code": str(code)})
+
+
+def count_limited(limit: str) -> None:
+    query_metrics().limited.inc(tags={"limit": limit})
+
+
+def count_limiter_fallback() -> None:
+    query_metrics().limiter_fallbacks.inc()

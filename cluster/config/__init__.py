@@ -33,6 +33,7 @@ from cluster.config.serve import (
     ServeConfig,
     StageFaults,
     SynthesizeConfig,
+    TenantLimits,
 )
 from cluster.config.store import MilvusConfig, RedisConfig
 from cluster.config.training import RerankTrainingConfig
@@ -76,5 +77,6 @@ __all__ = [
     "ServeConfig",
     "StageFaults",
     "SynthesizeConfig",
+    "TenantLimits",
     "load_config",
 ]

@@ -72,7 +72,40 @@ class AuthConfig(Section):
     single_tenant: str = Field(default="demo", description="the tenant of every request when auth is off")
 
 
+class TenantLimits(Section):
+    """Admission per tenant. In `default`, unset = no limit; in `tenants`, unset = the default's, 0 = no limit."""
+
+    requests_per_s: float | None = Field(default=None, ge=0, description="sustained rate (token bucket)")
+    burst: int | None = Field(
+        default=None, ge=0, description="requests admitted at once above the rate (unset: the rate, at least 1)"
+    )
+    concurrent: int | None = Field(
+        default=None, ge=0, description="requests in flight at once (a stream counts until it ends)"
+    )
+
+    def over(self, default: TenantLimits) -> TenantLimits:
+        """These limits with the default's wherever they are unset."""
+        return TenantLimits(
+            requests_per_s=default.requests_per_s if self.requests_per_s is None else self.requests_per_s,
+            burst=default.burst if self.burst is None else self.burst,
+            concurrent=default.concurrent if self.concurrent is None else self.concurrent,
+        )
+
+    def rate(self) -> tuple[float, float] | None:
+        """(requests per second, bucket size), or None when the rate is not limited."""
+        if not self.requests_per_s:
+            return None
+        return self.requests_per_s, float(self.burst or max(1.0, self.requests_per_s))
+
+
 class LimitsConfig(Section):
+    default: TenantLimits = Field(
+        default_factory=TenantLimits, description="every tenant's admission limits (off unless set); over -> 429"
+    )
+    tenants: dict[str, TenantLimits] = Field(default_factory=dict, description="per-tenant overrides of `default`")
+    limiter_redis_timeout_s: float = Field(
+        default=0.1, gt=0, description="a slower Redis is skipped: each replica then limits on its own"
+    )
     max_query_chars: int = Field(default=2000, gt=0)
     max_history_turns: int = Field(default=20, ge=0)
     max_turn_chars: int = Field(default=4000, gt=0)

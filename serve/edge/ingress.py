@@ -4,6 +4,7 @@ OpenAI-compatible chat API and the MCP server ride on the same pipeline."""
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -25,8 +26,9 @@ from serve.cache import open_response_cache
 from serve.edge import openai_compat
 from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
+from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
-from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError
+from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RateLimitedError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
 from serve.types import QueryRequest, QueryResponse
@@ -68,6 +70,7 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
             (401, "missing or unknown API key"),
             (413, "body too large"),
             (415, "not JSON"),
+            (429, "over the tenant's request rate or requests in flight; Retry-After says when to retry"),
             (503, "not ready, overloaded or retrieval unavailable"),
             (504, "request deadline passed"),
         )
@@ -75,9 +78,17 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def error_response(status: int, message: str, request_id: str) -> JSONResponse:
+def retry_headers(exc: Exception) -> dict[str, str] | None:
+    """`Retry-After` (whole seconds, at least 1) for a refusal that says when to come back."""
+    if isinstance(exc, RateLimitedError):
+        return {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return None
+
+
+def error_response(status: int, message: str, request_id: str, headers: dict[str, str] | None = None) -> JSONResponse:
     metrics.count_request(status)
-    return JSONResponse(ErrorBody(error=message, request_id=request_id).model_dump(), status_code=status)
+    body = ErrorBody(error=message, request_id=request_id).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -89,9 +100,12 @@ def sse_data(data: dict[str, Any]) -> bytes:
     return format_sse_event(data_str=json.dumps(data))
 
 
-def chat_error(status: int, message: str, request_id: str, param: str | None = None) -> JSONResponse:
+def chat_error(
+    status: int, message: str, request_id: str, param: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     metrics.count_request(status)
-    return JSONResponse(openai_compat.error_body(status, message, request_id, param), status_code=status)
+    body = openai_compat.error_body(status, message, request_id, param)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _request_id(request: Request) -> str:
@@ -117,10 +131,21 @@ class Ingress:
         password = self._cfg.redis.password.resolve()
         cache = open_response_cache(self._cfg, redis_url(self._cfg), password)
         self._pipeline = QueryPipeline(self._scfg, stages, cache, load_answerability(self._scfg))
+        self._limiter = self._make_limiter(password)
         self._readiness = readiness
         self._llm_state = llm_state
         self._ready = False  # once ready, always ready: a replica that cannot serve fails its health check
         self._not_ready: TTLCache[str, str | None] = TTLCache(1, ttl=READY_RECHECK_S)  # the last reason, briefly
+
+    def _make_limiter(self, password: str | None) -> TenantLimiter:
+        limits, url = self._scfg.limits, redis_url(self._cfg)
+        # a lease outlives its request only when its release was lost; then it expires after the deadline
+        lease_ttl_s = self._scfg.request_timeout_s + 5.0
+        limiter = TenantLimiter(limits, lease_ttl_s, shared=None)
+        if limiter.active and url:
+            shared = RedisLimitStore(url, password, limits.limiter_redis_timeout_s)
+            limiter = TenantLimiter(limits, lease_ttl_s, shared=shared)
+        return limiter
 
     async def ready(self) -> tuple[bool, str | None]:
         if self._ready:
@@ -212,7 +237,11 @@ class Ingress:
         tenant = self.tenant_of(headers)
         parsed = self.checked(request)
         filter_expr = await self._admit(parsed)
-        result = await self._run_with_deadline(parsed, tenant, filter_expr, uuid.uuid4().hex)
+        lease = await self._limiter.admit(tenant)
+        try:
+            result = await self._run_with_deadline(parsed, tenant, filter_expr, uuid.uuid4().hex)
+        finally:
+            await lease.release()
         metrics.count_request(200)
         return result
 
@@ -226,21 +255,24 @@ class Ingress:
 
     async def handle_query(self, request: Request) -> Response:
         request_id = _request_id(request)
+        lease: Lease | None = None
         try:
             tenant = self._tenant(request)
             parsed = await self.parse(request)
             filter_expr = await self._admit(parsed)
+            lease = await self._limiter.admit(tenant)
             wants_stream = parsed.stream or "text/event-stream" in request.headers.get("accept", "")
             if wants_stream:
-                return EventSourceResponse(
-                    self._stream(parsed, tenant, filter_expr, request_id),
-                    headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"},
-                )
+                stream, lease = self._stream(parsed, tenant, filter_expr, request_id, lease), None  # it releases
+                return EventSourceResponse(stream, headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"})
             result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
         except _HTTPError as exc:
             return error_response(exc.status, exc.message, request_id)
         except QueryError as exc:
-            return error_response(exc.status_code, exc.message, request_id)
+            return error_response(exc.status_code, exc.message, request_id, retry_headers(exc))
+        finally:
+            if lease is not None:
+                await lease.release()
         metrics.count_request(200)
         return JSONResponse(result.model_dump(mode="json"), headers={"X-Request-ID": request_id})
 
@@ -262,30 +294,35 @@ class Ingress:
     async def handle_chat(self, request: Request) -> Response:
         """`POST /v1/chat/completions`: the same pipeline, keys, limits and filters as `/v1/query`."""
         request_id = _request_id(request)
+        lease: Lease | None = None
         try:
             tenant = self._tenant(request)
             chat = openai_compat.parse_chat(await self.read_json(request))
             parsed = self.checked(openai_compat.to_query(chat, self.chat_models()))
             filter_expr = await self._admit(parsed)
+            lease = await self._limiter.admit(tenant)
             if chat.stream:
-                return EventSourceResponse(
-                    self._chat_stream(parsed, chat.model, tenant, filter_expr, request_id),
-                    headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"},
-                )
+                stream = self._chat_stream(parsed, chat.model, tenant, filter_expr, request_id, lease)
+                lease = None  # the stream releases it
+                return EventSourceResponse(stream, headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"})
             result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
         except _HTTPError as exc:
             return chat_error(exc.status, exc.message, request_id)
         except QueryError as exc:
-            return chat_error(exc.status_code, exc.message, request_id, getattr(exc, "param", None))
+            param = getattr(exc, "param", None)
+            return chat_error(exc.status_code, exc.message, request_id, param, retry_headers(exc))
+        finally:
+            if lease is not None:
+                await lease.release()
         metrics.count_request(200)
         return JSONResponse(openai_compat.completion(result, chat.model), headers={"X-Request-ID": request_id})
 
     async def _chat_stream(
-        self, parsed: QueryRequest, model: str, tenant: str, filter_expr: str, request_id: str
+        self, parsed: QueryRequest, model: str, tenant: str, filter_expr: str, request_id: str, lease: Lease
     ) -> AsyncIterator[bytes]:
         created = int(time.time())
         yield sse_data(openai_compat.chunk(request_id, model, created, {"role": "assistant", "content": ""}))
-        async for event, data in self._events(parsed, tenant, filter_expr, request_id):
+        async for event, data in self._events(parsed, tenant, filter_expr, request_id, lease):
             if event == "final":
                 result = QueryResponse.model_validate(data)
                 for piece in openai_compat.answer_chunks(result, model, created):
@@ -295,15 +332,16 @@ class Ingress:
         yield format_sse_event(data_str="[DONE]")
 
     async def _stream(
-        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str
+        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, lease: Lease
     ) -> AsyncIterator[bytes]:
-        async for event, data in self._events(parsed, tenant, filter_expr, request_id):
+        async for event, data in self._events(parsed, tenant, filter_expr, request_id, lease):
             yield sse(event, data)
 
     async def _events(
-        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str
+        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, lease: Lease
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """The pipeline's events as they happen (`stage`, `token`, `reset`), ending with `final` or `error`."""
+        """The pipeline's events as they happen (`stage`, `token`, `reset`), ending with `final` or `error`;
+        the tenant's lease on a request in flight is held until then."""
         queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
 
         async def emit(event: str, data: dict[str, Any]) -> None:
@@ -327,6 +365,7 @@ class Ingress:
                     break
         finally:
             task.cancel()
+            await lease.release()
 
 
 class _HTTPError(Exception):

@@ -190,7 +190,7 @@ ERROR_TYPES = {
     503: "service_unavailable",
     504: "timeout",
 }
-ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found"}
+ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
 
 
 def error_body(status: int, message: str, request_id: str, param: str | None = None) -> dict[str, Any]:
