@@ -173,27 +173,30 @@ class TenantLimiter:
         return any(t.rate() or t.concurrent for t in (self._cfg.default, *self._cfg.tenants.values()))
 
     async def admit(self, tenant: str) -> Lease:
+        """The request's lease (hold it until the response is done); a refused request spends nothing."""
         limits = self.limits_for(tenant)
+        lease = Lease(tenant)
+        if limits.concurrent:
+            lease_id = uuid.uuid4().hex
+            leased, store = await self._call("lease", tenant, limits.concurrent, lease_id, self._lease_ttl_s)
+            if not leased:
+                metrics.count_limited("concurrent")
+                raise RateLimitedError(
+                    f"tenant {tenant!r} already has {limits.concurrent} requests in flight", retry_after_s=1.0
+                )
+            lease = Lease(tenant, lease_id, store)
         rate = limits.rate()
         if rate is not None:
             wait, _ = await self._call("take", tenant, *rate)
             if wait > 0:
+                await lease.release()
                 metrics.count_limited("rate")
                 raise RateLimitedError(
                     f"tenant {tenant!r} is over its rate of {rate[0]:g} requests/s (burst {rate[1]:g}); "
                     f"retry in {wait:.1f} s",
                     retry_after_s=wait,
                 )
-        if not limits.concurrent:
-            return Lease(tenant)
-        lease_id = uuid.uuid4().hex
-        leased, store = await self._call("lease", tenant, limits.concurrent, lease_id, self._lease_ttl_s)
-        if not leased:
-            metrics.count_limited("concurrent")
-            raise RateLimitedError(
-                f"tenant {tenant!r} already has {limits.concurrent} requests in flight", retry_after_s=1.0
-            )
-        return Lease(tenant, lease_id, store)
+        return lease
 
     async def _call(self, method: str, *args: Any) -> tuple[Any, LimitStore]:
         """The shared store's answer, or this replica's when Redis fails (counted, logged once per outage);

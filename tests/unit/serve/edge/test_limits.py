@@ -142,3 +142,21 @@ def test_a_streamed_answer_holds_its_lease_until_it_ends() -> None:
         events = "".join(stream.iter_text())
     assert "event: final" in events
     assert client.post("/v1/query", json={"query": "q"}).status_code == 200  # released at its end
+
+
+def test_a_refused_request_spends_neither_a_token_nor_a_place() -> None:
+    local = LocalLimitStore(clock=Clock())
+    limited = TenantLimiter(
+        LimitsConfig.model_validate({"default": {"requests_per_s": 0.01, "burst": 2, "concurrent": 1}}),
+        30.0,
+        shared=None,
+        local=local,
+    )
+    first = admit(limited)
+    with pytest.raises(RateLimitedError, match="in flight"):
+        admit(limited)
+    asyncio.run(first.release())
+    asyncio.run(admit(limited).release())  # the second token: the refusal above spent none
+    with pytest.raises(RateLimitedError, match="rate"):
+        admit(limited)
+    assert local.leases["t1"] == {}  # the place it took is given back
