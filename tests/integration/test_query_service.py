@@ -17,7 +17,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from cluster.config import RagcConfig
+from cluster.config import RagcConfig, TenantLimits
 from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
@@ -28,6 +28,7 @@ from tests.sse import post_stream
 pytestmark = pytest.mark.integration
 
 KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
+GAMMA = {"Authorization": "Bearer key-gamma"}  # the tenant with small limits (not in the load test's keys)
 ALPHA = {"Authorization": "Bearer key-alpha"}
 BETA = {"X-API-Key": "key-beta"}
 CACHE_TTL_S = 20
@@ -70,13 +71,14 @@ def service(
 
     root = tmp_path_factory.mktemp("service")
     keys = root / "keys.json"
-    keys.write_text(json.dumps(KEYS))
+    keys.write_text(json.dumps(KEYS | {"key-gamma": "gamma"}))
     # L1 off in this app so that repeats exercise the shared Redis levels (L1 is unit-tested)
     serve_cfg = {
         "auth": {"api_keys": {"file": str(keys)}},
         "request_timeout_s": 60,
         "cache": {"l1_max_entries": 0, "ttl_s": CACHE_TTL_S},
         "llm": {"enabled": False},
+        "limits": {"tenants": {"gamma": {"requests_per_s": 0.01, "burst": 2}}},
     }
     cfg = make_config(milvus_server, redis_server, root / "state", serve=serve_cfg)
     beta_docs = root / "beta"
@@ -85,6 +87,7 @@ def service(
     (beta_docs / "beta-notes.md").write_text("# Notes\n\nThe beta team keeps its own notes about caching.\n")
     alpha = run_sync(cfg, DEMO_CORPUS, "alpha")
     run_sync(cfg, beta_docs, "beta")
+    run_sync(cfg, beta_docs, "gamma")
 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -96,6 +99,7 @@ def service(
     faulty.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # untrained head: exercises the mechanics only
     faulty.serve.rerank.timeout_s = 60.0  # 4 requests' pairs in one fp32 batch take seconds on a slow CPU
     faulty.serve.cache.enabled = False
+    faulty.serve.limits.tenants = {"gamma": TenantLimits(concurrent=1)}  # each request waits out synthesize
     faulty.serve.answerability.calibration = str(lenient_calibration(root / "answerability.json"))
     deploy(faulty, "faulty", "/faulty")
     mismatch = cfg.model_copy(deep=True)
@@ -427,6 +431,39 @@ def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
         assert stages["answerability"]["status"] == "ok" and out["answerability"] > 0.99, "the calibration decided"
         assert stages["synthesize"]["status"] == "fallback" and "timed out" in stages["synthesize"]["detail"]
         assert out["citations"] and "[1]" in out["answer"]
+
+
+def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_others_do_not(service: dict[str, Any]) -> None:
+    responses = [ask(service, {"query": "What does the zeppelin fleet earn?"}, GAMMA) for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429], [r.text for r in responses]
+    refused = responses[-1]
+    assert "rate of 0.01 requests/s" in refused.json()["error"] and int(refused.headers["retry-after"]) > 60
+    chat = httpx.post(
+        f"{service['base']}/v1/chat/completions",
+        json={"model": "ragc", "messages": [{"role": "user", "content": "zeppelin fleet"}]},
+        headers=GAMMA,
+        timeout=60,
+    )
+    assert chat.status_code == 429 and chat.headers["retry-after"]
+    assert chat.json()["error"]["type"] == "rate_limit_error"
+    assert ask(service, {"query": "What does the zeppelin fleet earn?"}, BETA).status_code == 200
+
+
+def test_requests_in_flight_beyond_a_tenants_limit_get_429_then_their_places_come_back(
+    service: dict[str, Any],
+) -> None:
+    import concurrent.futures
+
+    def slow() -> httpx.Response:  # /faulty waits out its synthesize timeout: each request holds its place
+        return ask(service, {"query": "What does the zeppelin fleet earn?"}, GAMMA, prefix="/faulty")
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        responses = list(pool.map(lambda _: slow(), range(3)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes[0] == 200 and codes[-1] == 429, [r.text for r in responses]
+    refused = next(r for r in responses if r.status_code == 429)
+    assert "1 requests in flight" in refused.json()["error"] and refused.headers["retry-after"] == "1"
+    assert slow().status_code == 200  # every place was given back
 
 
 def test_embedding_model_mismatch_keeps_the_service_unready(service: dict[str, Any]) -> None:
