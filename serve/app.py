@@ -40,6 +40,7 @@ def deployment_options(name: str, d: DeploymentConfig) -> dict[str, Any]:
         },
         "max_ongoing_requests": d.max_ongoing_requests,
         "max_queued_requests": d.max_queued_requests,
+        "backpressure_config": {"status_code": 503, "retry_after_s": d.overload_retry_after_s},
         "ray_actor_options": {"num_cpus": d.num_cpus, "num_gpus": d.num_gpus},
         "health_check_period_s": d.health_check_period_s,
         "health_check_timeout_s": d.health_check_timeout_s,

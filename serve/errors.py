@@ -34,10 +34,8 @@ class DeadlineError(QueryError):
     status_code = 504
 
 
-class RateLimitedError(QueryError):
-    """Over a tenant's limit: the client may retry after `retry_after_s` (HTTP `Retry-After`)."""
-
-    status_code = 429
+class RetryLaterError(QueryError):
+    """A refusal that says when to come back (HTTP `Retry-After`, whole seconds)."""
 
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
@@ -45,3 +43,15 @@ class RateLimitedError(QueryError):
 
     def __reduce__(self) -> tuple[type, tuple[str, float]]:  # type: ignore[override]
         return (type(self), (self.message, self.retry_after_s))
+
+
+class RateLimitedError(RetryLaterError):
+    """Over a tenant's limit."""
+
+    status_code = 429
+
+
+class OverloadedError(RetryLaterError):
+    """A stage without a fallback (retrieval) has a full queue: refused at once instead of waiting."""
+
+    status_code = 503

@@ -12,12 +12,13 @@ from typing import Any, TypeVar, cast
 
 from cachetools import TTLCache
 from pydantic import ValidationError
+from ray.serve.exceptions import BackPressureError
 
 from cluster.config import ResponseMode, ServeConfig
 from serve import metrics
 from serve.answerability import AnswerabilityModel, abstain_below, answerability_features
 from serve.cache import CacheScope, ResponseCache
-from serve.errors import BadRequestError, UnavailableError
+from serve.errors import BadRequestError, OverloadedError, UnavailableError
 from serve.extractive import extractive_answer
 from serve.roles import Stages
 from serve.types import (
@@ -41,11 +42,13 @@ Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class StageFailure(Exception):
-    """A stage timed out or raised; `reason` says which, for the response and the logs."""
+    """A stage timed out or raised; `reason` says which, for the response and the logs. `retry_after_s` is set
+    when its queue was full (Serve's `max_queued_requests`): refused at once, worth retrying shortly."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.retry_after_s = retry_after_s
 
 
 async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
@@ -55,6 +58,9 @@ async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: fl
         raise StageFailure(f"timed out after {timeout_s:g}s") from exc
     except asyncio.CancelledError:
         raise
+    except BackPressureError as exc:
+        retry_after_s = exc.retry_after_s if exc.retry_after_s is not None else 1.0
+        raise StageFailure(f"overloaded: {exc.message}", retry_after_s) from exc
     except Exception as exc:
         logger.warning("stage failed", extra={"stage": stage, "error": repr(exc)})
         raise StageFailure(failure_reason(exc)) from exc
@@ -197,6 +203,9 @@ class QueryPipeline:
             )
         except StageFailure as failure:
             await report("retrieve", "error", started, failure.reason)
+            if failure.retry_after_s is not None:
+                reason = f"retrieval overloaded, retry shortly: {failure.reason}"
+                raise OverloadedError(reason, failure.retry_after_s) from failure
             raise UnavailableError(f"retrieval unavailable: {failure.reason}") from failure
         passages = self._own_tenant_only(retrieved.passages, tenant, request_id)
         degraded = "; ".join(f"{arm} {state}" for arm, state in retrieved.arms.items() if state != "ok")

@@ -52,7 +52,7 @@ class DictStoredVectors:
 
 class FakeStages:
     """Plays every role of serve.roles (Rewriter, Retriever, Reranker, Synthesizer); each stage can be
-    slowed (`delay_s`) or made to fail (`fail`)."""
+    slowed (`delay_s`), made to fail (`fail`) or have a full queue (`full`: what a Serve handle raises)."""
 
     def __init__(
         self,
@@ -60,8 +60,10 @@ class FakeStages:
         delay_s: dict[str, float] | None = None,
         fail: set[str] | None = None,
         arms: dict[str, str] | None = None,
+        full: set[str] | None = None,
     ) -> None:
         self.passages = passages
+        self.full = full or set()
         self.delay_s = delay_s or {}
         self.fail = fail or set()
         self.arms = arms or {"dense": "ok", "bm25": "ok"}
@@ -79,6 +81,10 @@ class FakeStages:
             await asyncio.sleep(self.delay_s[stage])
         if stage in self.fail:
             raise RuntimeError(f"{stage} exploded")
+        if stage in self.full:
+            from ray.serve.exceptions import BackPressureError
+
+            raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
 
     async def rewrite(self, query, history, rewrite, hyde):  # type: ignore[no-untyped-def]
         from serve.types import RewriteResult

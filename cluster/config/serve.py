@@ -24,7 +24,12 @@ class DeploymentConfig(Section):
     max_replicas: int = Field(default=2, ge=1)
     target_ongoing_requests: float = Field(default=4.0, gt=0)
     max_ongoing_requests: int = Field(default=16, ge=1)
-    max_queued_requests: int = Field(default=64, ge=-1, description="-1 = unbounded; beyond it callers get 503")
+    max_queued_requests: int = Field(
+        default=64, ge=-1, description="-1 = unbounded; beyond it a caller is refused at once (503, or the fallback)"
+    )
+    overload_retry_after_s: float = Field(
+        default=1.0, ge=0, description="`Retry-After` of the 503 a full queue answers (ingress and retrieve)"
+    )
     num_cpus: float = Field(default=0.0, ge=0, description="CPUs reserved per replica (0 shares the node)")
     num_gpus: float = Field(default=0.0, ge=0)
     health_check_period_s: float = Field(default=10.0, gt=0)

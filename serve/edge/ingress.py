@@ -28,7 +28,7 @@ from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
 from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
-from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RateLimitedError
+from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RetryLaterError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
 from serve.types import QueryRequest, QueryResponse
@@ -71,7 +71,7 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
             (413, "body too large"),
             (415, "not JSON"),
             (429, "over the tenant's request rate or requests in flight; Retry-After says when to retry"),
-            (503, "not ready, overloaded or retrieval unavailable"),
+            (503, "not ready, overloaded (with Retry-After) or retrieval unavailable"),
             (504, "request deadline passed"),
         )
     },
@@ -80,7 +80,7 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def retry_headers(exc: Exception) -> dict[str, str] | None:
     """`Retry-After` (whole seconds, at least 1) for a refusal that says when to come back."""
-    if isinstance(exc, RateLimitedError):
+    if isinstance(exc, RetryLaterError):
         return {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
     return None
 

@@ -17,7 +17,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from cluster.config import RagcConfig, TenantLimits
+from cluster.config import DeploymentConfig, RagcConfig, TenantLimits
 from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
@@ -464,6 +464,42 @@ def test_requests_in_flight_beyond_a_tenants_limit_get_429_then_their_places_com
     refused = next(r for r in responses if r.status_code == 429)
     assert "1 requests in flight" in refused.json()["error"] and refused.headers["retry-after"] == "1"
     assert slow().status_code == 200  # every place was given back
+
+
+def test_a_full_retrieval_queue_answers_503_with_retry_after_at_once(service: dict[str, Any]) -> None:
+    """Serve's `max_queued_requests` made small: one request in the (slowed) retrieval replica, one queued;
+    the rest are refused at once with 503 and Retry-After instead of waiting in line."""
+    import concurrent.futures
+    import time
+
+    from ray import serve
+
+    delay_s = 3.0
+    cfg = service["cfg"].model_copy(deep=True)
+    cfg.serve.faults.delay_s = {"retrieve": delay_s}
+    cfg.serve.retrieve.timeout_s = 20.0
+    cfg.serve.cache.enabled = False
+    cfg.serve.deployments["retrieve"] = DeploymentConfig(
+        min_replicas=1, max_replicas=1, max_ongoing_requests=1, max_queued_requests=1
+    )
+    deploy(cfg, "overload", "/overload")
+    try:
+        _wait_ready(f"{service['base']}/overload/readyz")
+
+        def timed(_: int) -> tuple[httpx.Response, float]:
+            started = time.monotonic()
+            response = ask(service, {"query": "How are tenants kept apart?"}, prefix="/overload")
+            return response, time.monotonic() - started
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(timed, range(6)))
+        refused = [(r, s) for r, s in results if r.status_code == 503]
+        assert refused and any(r.status_code == 200 for r, _ in results), [r.text for r, _ in results]
+        for response, seconds in refused:
+            assert "retrieval overloaded" in response.json()["error"] and response.headers["retry-after"] == "1"
+            assert seconds < delay_s, "refused without waiting for the replica"
+    finally:
+        serve.delete("overload")
 
 
 def test_embedding_model_mismatch_keeps_the_service_unready(service: dict[str, Any]) -> None:

@@ -165,3 +165,16 @@ def test_without_cross_encoder_scores_the_cosine_floor_alone_decides(rerank: str
     assert not out["abstained"] and out["answerability"] is None
     assert out["stages"]["answerability"]["status"] == "skipped"
     assert "cosine floor alone decides" in out["stages"]["answerability"]["detail"]
+
+
+def test_a_full_retrieval_queue_is_a_503_to_retry_and_other_full_stages_fall_back() -> None:
+    from serve.errors import OverloadedError
+
+    with pytest.raises(OverloadedError, match="retrieval overloaded") as refused:
+        run(FakeStages(passages(), full={"retrieve"}), QueryRequest(query="q"))
+    assert refused.value.status_code == 503 and refused.value.retry_after_s == 1.0
+    stages = FakeStages(passages(), full={"rerank", "synthesize"})
+    out = run(stages, QueryRequest(query="q", rerank=True))
+    for stage in ("rerank", "synthesize"):
+        assert out["stages"][stage]["status"] == "fallback" and "overloaded" in out["stages"][stage]["detail"]
+    assert out["citations"]  # the extractive answer
