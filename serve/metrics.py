@@ -17,6 +17,7 @@ from ray.serve.metrics import Counter, Histogram
 # Ray annotates `tag_keys` as a one-element tuple (`Tuple[str]`); any tuple of names is what it takes.
 STAGE_TAGS: Any = ("stage", "status")
 CHECK_TAGS: Any = ("outcome", "attempts")
+BREAKER_TAGS: Any = ("stage", "event")
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -32,6 +33,7 @@ class QueryMetrics:
     answer_checks: Counter
     limited: Counter
     limiter_fallbacks: Counter
+    breakers: Counter
 
 
 @cache
@@ -62,6 +64,11 @@ def query_metrics() -> QueryMetrics:
         limiter_fallbacks=Counter(
             "ragc_limiter_fallbacks", "Times an ingress replica fell back to its own limiter because Redis failed"
         ),
+        breakers=Counter(
+            "ragc_breaker_events",
+            "Circuit breaker events per stage: opened, refused (a request took the fallback at once)",
+            tag_keys=BREAKER_TAGS,
+        ),
     )
 
 
@@ -82,3 +89,7 @@ def count_limited(limit: str) -> None:
 
 def count_limiter_fallback() -> None:
     query_metrics().limiter_fallbacks.inc()
+
+
+def count_breaker(stage: str, event: str) -> None:
+    query_metrics().breakers.inc(tags={"stage": stage, "event": event})

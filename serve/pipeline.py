@@ -17,6 +17,7 @@ from ray.serve.exceptions import BackPressureError
 from cluster.config import ResponseMode, ServeConfig
 from serve import metrics
 from serve.answerability import AnswerabilityModel, abstain_below, answerability_features
+from serve.breaker import breakers
 from serve.cache import CacheScope, ResponseCache
 from serve.errors import BadRequestError, OverloadedError, UnavailableError
 from serve.extractive import extractive_answer
@@ -94,6 +95,28 @@ class QueryPipeline:
         self._cache = cache
         self._answerability = answerability
         self._version: TTLCache[str, int] = TTLCache(1, ttl=cfg.retrieve.index_version_ttl_s)
+        self._breakers = breakers(cfg.breaker)
+
+    async def _guarded(self, stage: str, call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+        """`call_stage` behind the stage's circuit breaker: while it is open, the fallback at once."""
+        breaker = self._breakers.get(stage)
+        if breaker is None:
+            return await call_stage(stage, call, timeout_s)
+        refusal = breaker.refusal()
+        if refusal is not None:
+            metrics.count_breaker(stage, "refused")
+            raise StageFailure(refusal)
+        try:
+            result = await call_stage(stage, call, timeout_s)
+        except StageFailure:
+            if breaker.failed() == "open":
+                metrics.count_breaker(stage, "opened")
+            raise
+        except asyncio.CancelledError:  # the request's deadline, not the stage: a trial may go again
+            breaker.trial_in_flight = False
+            raise
+        breaker.succeeded()
+        return result
 
     async def index_version(self) -> int:
         """Cached here for `index_version_ttl_s`, so a cache hit costs no call to another deployment."""
@@ -182,7 +205,7 @@ class QueryPipeline:
         query, hyde_passage = request.query, None
         if want_rewrite or want_hyde:
             try:
-                rewritten = await call_stage(
+                rewritten = await self._guarded(
                     "rewrite",
                     lambda: self._stages.rewriter.rewrite(request.query, history, want_rewrite, want_hyde),
                     cfg.rewrite.timeout_s,
@@ -222,7 +245,7 @@ class QueryPipeline:
         candidates, top_scores = passages, []
         if want_rerank:
             try:
-                reranked = await call_stage(
+                reranked = await self._guarded(
                     "rerank", lambda: self._stages.reranker.rerank(query, candidates, top_k), cfg.rerank.timeout_s
                 )
                 passages, top_scores = reranked.passages, reranked.top_scores
@@ -290,7 +313,7 @@ class QueryPipeline:
 
         failure_reason = None
         try:
-            synthesis = await call_stage("synthesize", generate, cfg.synthesize.timeout_s)
+            synthesis = await self._guarded("synthesize", generate, cfg.synthesize.timeout_s)
             self._count_check(synthesis)
             if synthesis.failed_check:
                 calls = [synthesis.mode.removeprefix("llm, ")] if synthesis.response_mode != "compact" else []

@@ -77,6 +77,22 @@ class AuthConfig(Section):
     single_tenant: str = Field(default="demo", description="the tenant of every request when auth is off")
 
 
+FallbackStage = Literal["rewrite", "rerank", "synthesize"]
+FALLBACK_STAGES: tuple[FallbackStage, ...] = ("rewrite", "rerank", "synthesize")
+
+
+class BreakerConfig(Section):
+    """Circuit breakers (per ingress replica) in front of the stages with a fallback."""
+
+    enabled: bool = True
+    stages: list[FallbackStage] = Field(default_factory=lambda: list(FALLBACK_STAGES))
+    failures: int = Field(default=3, ge=1, description="consecutive failures (within window_s) that open it")
+    window_s: float = Field(default=60.0, gt=0)
+    open_s: float = Field(
+        default=30.0, gt=0, description="how long callers take the fallback at once before one trial request"
+    )
+
+
 class TenantLimits(Section):
     """Admission per tenant. In `default`, unset = no limit; in `tenants`, unset = the default's, 0 = no limit."""
 
@@ -348,6 +364,7 @@ class ServeConfig(Section):
     abstain_answer: str = "I don't have documents covering that."
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     filters: dict[str, FilterField] = Field(default_factory=_default_filters)
     deployments: dict[str, DeploymentConfig] = Field(default_factory=_default_deployments)
     rewrite: RewriteConfig = Field(default_factory=RewriteConfig)

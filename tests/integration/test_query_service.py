@@ -17,7 +17,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from cluster.config import DeploymentConfig, RagcConfig, TenantLimits
+from cluster.config import BreakerConfig, DeploymentConfig, RagcConfig, TenantLimits
 from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
@@ -100,6 +100,7 @@ def service(
     faulty.serve.rerank.timeout_s = 60.0  # 4 requests' pairs in one fp32 batch take seconds on a slow CPU
     faulty.serve.cache.enabled = False
     faulty.serve.limits.tenants = {"gamma": TenantLimits(concurrent=1)}  # each request waits out synthesize
+    faulty.serve.breaker.enabled = False  # ... every time: the breaker has its own app (`strained`)
     faulty.serve.answerability.calibration = str(lenient_calibration(root / "answerability.json"))
     deploy(faulty, "faulty", "/faulty")
     mismatch = cfg.model_copy(deep=True)
@@ -466,40 +467,71 @@ def test_requests_in_flight_beyond_a_tenants_limit_get_429_then_their_places_com
     assert slow().status_code == 200  # every place was given back
 
 
-def test_a_full_retrieval_queue_answers_503_with_retry_after_at_once(service: dict[str, Any]) -> None:
-    """Serve's `max_queued_requests` made small: one request in the (slowed) retrieval replica, one queued;
-    the rest are refused at once with 503 and Retry-After instead of waiting in line."""
+RETRIEVE_DELAY_S = 3.0
+SYNTH_TIMEOUT_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def strained(service: dict[str, Any]) -> Iterator[str]:
+    """An app whose retrieval replica is slow with Serve's queue made small (one running, one queued), and
+    whose synthesize stage is slower than its timeout behind a breaker that opens after two failures."""
+    from ray import serve
+
+    cfg = service["cfg"].model_copy(deep=True)
+    cfg.serve.faults.delay_s = {"retrieve": RETRIEVE_DELAY_S, "synthesize": 30.0}
+    cfg.serve.retrieve.timeout_s = 20.0
+    cfg.serve.synthesize.timeout_s = SYNTH_TIMEOUT_S
+    cfg.serve.cache.enabled = False
+    cfg.serve.breaker = BreakerConfig(stages=["synthesize"], failures=2, open_s=3.0)
+    cfg.serve.deployments["retrieve"] = DeploymentConfig(
+        min_replicas=1, max_replicas=1, max_ongoing_requests=1, max_queued_requests=1
+    )
+    cfg.serve.deployments["ingress"] = DeploymentConfig(min_replicas=1, max_replicas=1)  # one breaker
+    deploy(cfg, "strained", "/strained")
+    _wait_ready(f"{service['base']}/strained/readyz")
+    yield "/strained"
+    serve.delete("strained")
+
+
+def test_a_full_retrieval_queue_answers_503_with_retry_after_at_once(service: dict[str, Any], strained: str) -> None:
+    """The rest are refused at once with 503 and Retry-After instead of waiting in line."""
     import concurrent.futures
+    import time
+
+    def timed(_: int) -> tuple[httpx.Response, float]:
+        started = time.monotonic()
+        response = ask(service, {"query": "How are tenants kept apart?"}, prefix=strained)
+        return response, time.monotonic() - started
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(timed, range(6)))
+    refused = [(r, s) for r, s in results if r.status_code == 503]
+    assert refused and any(r.status_code == 200 for r, _ in results), [r.text for r, _ in results]
+    for response, seconds in refused:
+        assert "retrieval overloaded" in response.json()["error"] and response.headers["retry-after"] == "1"
+        assert seconds < RETRIEVE_DELAY_S, "refused without waiting for the replica"
+
+
+def test_an_open_breaker_answers_at_once_then_one_trial_closes_it(service: dict[str, Any], strained: str) -> None:
     import time
 
     from ray import serve
 
-    delay_s = 3.0
-    cfg = service["cfg"].model_copy(deep=True)
-    cfg.serve.faults.delay_s = {"retrieve": delay_s}
-    cfg.serve.retrieve.timeout_s = 20.0
-    cfg.serve.cache.enabled = False
-    cfg.serve.deployments["retrieve"] = DeploymentConfig(
-        min_replicas=1, max_replicas=1, max_ongoing_requests=1, max_queued_requests=1
-    )
-    deploy(cfg, "overload", "/overload")
-    try:
-        _wait_ready(f"{service['base']}/overload/readyz")
+    def synthesize_report() -> dict[str, Any]:
+        response = ask(service, {"query": "How are tenants kept apart?"}, prefix=strained)
+        assert response.status_code == 200 and response.json()["citations"], response.text
+        return dict(response.json()["stages"]["synthesize"])
 
-        def timed(_: int) -> tuple[httpx.Response, float]:
-            started = time.monotonic()
-            response = ask(service, {"query": "How are tenants kept apart?"}, prefix="/overload")
-            return response, time.monotonic() - started
-
-        with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(timed, range(6)))
-        refused = [(r, s) for r, s in results if r.status_code == 503]
-        assert refused and any(r.status_code == 200 for r, _ in results), [r.text for r, _ in results]
-        for response, seconds in refused:
-            assert "retrieval overloaded" in response.json()["error"] and response.headers["retry-after"] == "1"
-            assert seconds < delay_s, "refused without waiting for the replica"
-    finally:
-        serve.delete("overload")
+    serve.get_deployment_handle("retrieve", app_name="strained").inject_delay.remote(0).result()  # quick asks
+    reports = [synthesize_report() for _ in range(3)]  # two timeouts open it (fewer if the test above added)
+    opened = reports[-1]
+    assert all(r["status"] == "fallback" for r in reports) and "circuit open" in opened["detail"], reports
+    assert opened["ms"] < SYNTH_TIMEOUT_S * 1000, "the fallback at once, not after the stage's timeout"
+    handle = serve.get_deployment_handle("synthesize", app_name="strained")
+    handle.inject_delay.remote(0).result()
+    time.sleep(3.5)  # open_s: the next request is the trial, and it succeeds
+    assert synthesize_report()["status"] == "ok"
+    assert synthesize_report()["status"] == "ok"  # closed again
 
 
 def test_embedding_model_mismatch_keeps_the_service_unready(service: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ The LLM engine's faults (killed, slower than its timeout) are in test_llm_servic
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -256,11 +257,16 @@ def test_reranker_slower_than_its_timeout_while_loaded(service: dict[str, Any]) 
         cleared_at = time.monotonic()
         recovered_in = wait_until(lambda: stage_status(ask(service), "rerank") == "ok", 90)
     assert slow.status_code == 200 and stage_status(slow, "rerank") == "fallback"
-    assert "timed out" in slow.json()["stages"]["rerank"]["detail"] and slow.json()["citations"]
+    # timed out, or, once its breaker opened after repeated timeouts, the fallback at once
+    assert re.search("timed out|circuit open", slow.json()["stages"]["rerank"]["detail"]) and slow.json()["citations"]
     during = [o for o in load.since(slowed_at) if o.started < cleared_at]
     assert_well_behaved(load.since(slowed_at))
     assert any(o.status == 200 and o.body["stages"]["rerank"]["status"] == "fallback" for o in during)
-    print(f"rerank slowed: {len(during)} requests during the fault; ok again {recovered_in:.0f}s after clearing")
+    opened = sum("circuit open" in o.body["stages"]["rerank"].get("detail", "") for o in during if o.status == 200)
+    print(
+        f"rerank slowed: {len(during)} requests during the fault ({opened} answered at once by the open breaker); "
+        f"ok again {recovered_in:.0f}s after clearing"
+    )
 
 
 def count_rows(cfg: RagcConfig) -> int:
