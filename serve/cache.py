@@ -88,10 +88,9 @@ class RedisResponseCache:
         raw = await asyncio.wait_for(self._redis.get(RESPONSE_PREFIX + key), self._timeout_s)
         return json.loads(raw) if raw else None
 
-    async def put_exact(self, key: str, response: dict[str, Any]) -> None:
-        await asyncio.wait_for(
-            self._redis.set(RESPONSE_PREFIX + key, json.dumps(response), ex=self._ttl_s), self._timeout_s
-        )
+    async def put_exact(self, key: str, response: dict[str, Any], ttl_s: int | None = None) -> None:
+        expiry = ttl_s or self._ttl_s
+        await asyncio.wait_for(self._redis.set(RESPONSE_PREFIX + key, json.dumps(response), ex=expiry), self._timeout_s)
 
     async def nearest(
         self, scope: CacheScope, question: str, vector: list[float], threshold: float
@@ -134,8 +133,14 @@ class ResponseCache:
         semantic: bool,
         threshold: float,
         timeout_s: float,
+        degraded_ttl_s: int = 0,
     ) -> None:
         self._l1 = l1
+        self._degraded_ttl_s = degraded_ttl_s
+        # degraded answers live in L1 beside the full ones, with their own short TTL
+        self._l1_degraded: TTLCache[str, dict[str, Any]] | None = (
+            TTLCache(l1.maxsize, degraded_ttl_s) if l1 is not None and degraded_ttl_s else None
+        )
         self._shared = shared
         self._semantic = semantic
         self._threshold = threshold
@@ -147,8 +152,9 @@ class ResponseCache:
     ) -> tuple[dict[str, Any] | None, CacheStatus, list[float] | None]:
         """(response, status, question vector). `embed` is an async callable, used only for L3."""
         key = scope.exact_key(question)
-        if self._l1 is not None and (hit := self._l1.get(key)) is not None:
-            return hit, "hit_l1", None
+        for level in (self._l1, self._l1_degraded):
+            if level is not None and (hit := level.get(key)) is not None:
+                return hit, "hit_l1", None
         if self._shared is None:
             return None, "miss" if self._l1 is not None else "off", None
         vector: list[float] | None = None
@@ -167,22 +173,47 @@ class ResponseCache:
             return None, "bypass", vector
         return None, "miss", vector
 
-    def store(self, scope: CacheScope, question: str, vector: list[float] | None, response: dict[str, Any]) -> None:
+    def store(
+        self,
+        scope: CacheScope,
+        question: str,
+        vector: list[float] | None,
+        response: dict[str, Any],
+        degraded: bool = False,
+    ) -> None:
+        """A full answer for `ttl_s` (and it replaces a degraded one); a degraded one for `degraded_ttl_s`,
+        exact levels only (a near-duplicate question should not inherit a fallback)."""
+        if degraded and not self._degraded_ttl_s:
+            return
         key = scope.exact_key(question)
-        if self._l1 is not None:
+        if degraded and self._l1_degraded is not None:
+            self._l1_degraded[key] = response
+        elif not degraded and self._l1 is not None:
             self._l1[key] = response
+            if self._l1_degraded is not None:
+                self._l1_degraded.pop(key, None)
         if self._shared is None:
             return
-        task = asyncio.get_running_loop().create_task(self._store_shared(scope, key, question, vector, response))
+        ttl_s = self._degraded_ttl_s if degraded else None
+        remembered = None if degraded else vector
+        task = asyncio.get_running_loop().create_task(
+            self._store_shared(scope, key, question, remembered, response, ttl_s)
+        )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     async def _store_shared(
-        self, scope: CacheScope, key: str, question: str, vector: list[float] | None, response: dict[str, Any]
+        self,
+        scope: CacheScope,
+        key: str,
+        question: str,
+        vector: list[float] | None,
+        response: dict[str, Any],
+        ttl_s: int | None,
     ) -> None:
         assert self._shared is not None
         try:
-            await self._shared.put_exact(key, response)
+            await self._shared.put_exact(key, response, ttl_s)
             if self._semantic and vector is not None:
                 await self._shared.remember(scope, key, question, vector)
         except Exception as exc:  # noqa: BLE001 - a failed cache write loses nothing
@@ -200,4 +231,4 @@ def open_response_cache(cfg: Any, redis_url: str | None, password: str | None) -
     shared = None
     if redis_url:
         shared = RedisResponseCache(redis_url, password, ccfg.lookup_timeout_s, ccfg.ttl_s, ccfg.semantic_max_per_scope)
-    return ResponseCache(l1, shared, ccfg.semantic, ccfg.semantic_threshold, ccfg.lookup_timeout_s)
+    return ResponseCache(l1, shared, ccfg.semantic, ccfg.semantic_threshold, ccfg.lookup_timeout_s, ccfg.degraded_ttl_s)

@@ -168,11 +168,14 @@ class QueryPipeline:
             except ValidationError as exc:  # an entry of another version: answer afresh, never fail on the cache
                 logger.warning("cache entry unreadable, answering afresh", extra={"error": str(exc)[:200]})
             else:
+                if hit.degraded():
+                    ttl_s = self._cfg.cache.degraded_ttl_s
+                    cache_report.detail = f"degraded answer (a stage had fallen back), cached for at most {ttl_s}s"
                 return await self._replay(hit, cache_report, request_id, emit)
         response = await self._run(request, tenant, filter_expr, request_id, emit)
         response.stages = {"cache": cache_report, **response.stages}
-        if scope is not None and response.cacheable():
-            self._cache.store(scope, request.query, vector, response.model_dump(mode="json"))
+        if scope is not None:
+            self._cache.store(scope, request.query, vector, response.model_dump(mode="json"), response.degraded())
         return response
 
     @staticmethod

@@ -210,6 +210,7 @@ class QueryResponse(BaseModel):
         "alone decided (no calibration, or no cross-encoder scores)",
     )
 
-    def cacheable(self) -> bool:
-        """Only full answers are cached: a fallback caused by a passing fault must not outlive it."""
-        return all(s.status not in ("fallback", "error") for s in self.stages.values())
+    def degraded(self) -> bool:
+        """A stage fell back: cached only briefly (`cache.degraded_ttl_s`), so a passing fault does not outlive
+        itself while a repeated question during an overload is still answered from the cache."""
+        return any(s.status in ("fallback", "error") for s in self.stages.values())

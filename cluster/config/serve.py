@@ -323,6 +323,12 @@ class CacheConfig(Section):
     l1_max_entries: int = Field(default=2048, ge=0, description="per-replica in-memory responses")
     l1_ttl_s: float = Field(default=300.0, gt=0)
     ttl_s: int = Field(default=3600, gt=0, description="shared (Redis) exact and semantic entries")
+    degraded_ttl_s: int = Field(
+        default=30,
+        ge=0,
+        description="a degraded answer (a stage fell back) is cached this long, exact levels only, and a full "
+        "answer replaces it; 0 = never cached",
+    )
     semantic: bool = Field(default=True, description="reuse answers of near-duplicate questions (L3)")
     semantic_threshold: float = Field(default=0.95, gt=0, le=1, description="cosine between the questions")
     semantic_max_per_scope: int = Field(default=256, gt=0, description="remembered questions per tenant+scope")

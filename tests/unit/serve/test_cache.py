@@ -14,12 +14,13 @@ def passages() -> list[Passage]:
     return [Passage("c0", "d0", "t1", "Tenants are isolated by partition key.", score=0.5)]
 
 
-def pipeline(stages: FakeStages) -> QueryPipeline:
-    serve = {"synthesize": {"timeout_s": 0.2}, "retrieve": {"index_version_ttl_s": 0}}
+def pipeline(stages: FakeStages, degraded_ttl_s: int = 0) -> QueryPipeline:
+    serve = {"synthesize": {"timeout_s": 0.2}, "retrieve": {"index_version_ttl_s": 0}, "breaker": {"enabled": False}}
     cfg = RagcConfig.model_validate({"serve": serve}).serve
-    return QueryPipeline(
-        cfg, fake_stages(stages), ResponseCache(TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2)
+    cache = ResponseCache(
+        TTLCache(16, 60), None, semantic=False, threshold=0.95, timeout_s=0.2, degraded_ttl_s=degraded_ttl_s
     )
+    return QueryPipeline(cfg, fake_stages(stages), cache)
 
 
 def ask(p: QueryPipeline, query: str, tenant: str = "t1", expr: str = "", **kw: object) -> dict:
@@ -64,11 +65,27 @@ def test_second_ask_is_a_hit_with_the_same_answer_and_scopes_miss() -> None:
     assert ask(p, "How are tenants kept apart?")["stages"]["cache"]["status"] == "miss"
 
 
-def test_fallback_answers_are_not_cached() -> None:
+def test_fallback_answers_are_not_cached_without_a_degraded_ttl() -> None:
     stages = FakeStages(passages(), delay_s={"synthesize": 1.0})
     p = pipeline(stages)
     assert ask(p, "q")["stages"]["synthesize"]["status"] == "fallback"
     assert ask(p, "q")["stages"]["cache"]["status"] == "miss"
+
+
+def test_a_degraded_answer_is_cached_briefly_and_marked_then_a_full_one_replaces_it() -> None:
+    stages = FakeStages(passages(), delay_s={"synthesize": 1.0})
+    p = pipeline(stages, degraded_ttl_s=1)
+    assert ask(p, "q")["stages"]["synthesize"]["status"] == "fallback"
+    repeat = ask(p, "q")  # during the overload: answered from the cache, and says what it is
+    assert repeat["stages"]["cache"]["status"] == "hit_l1" and "degraded answer" in repeat["stages"]["cache"]["detail"]
+    assert stages.calls.count("synthesize") == 1
+    stages.delay_s = {}  # the fault passes
+    time.sleep(1.05)
+    full = ask(p, "q")
+    assert full["stages"]["cache"]["status"] == "miss" and full["stages"]["synthesize"]["status"] == "ok"
+    again = ask(p, "q")
+    assert again["stages"]["cache"]["status"] == "hit_l1" and again["stages"]["cache"]["detail"] is None
+    assert again["answer"] == full["answer"]
 
 
 def test_cache_scope_failure_is_a_bypass() -> None:

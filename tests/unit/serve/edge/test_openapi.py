@@ -55,4 +55,4 @@ def test_a_cached_response_round_trips_through_its_json() -> None:
     )
     assert response.stages["cache"].ms == 1.23 and response.stages["retrieve"].detail is None
     assert QueryResponse.model_validate_json(response.model_dump_json()) == response
-    assert response.cacheable()
+    assert not response.degraded()
