@@ -101,7 +101,7 @@ def test_a_failing_shared_store_fails_open_to_the_replicas_own_limits() -> None:
     assert broken.calls == 2
 
 
-def app_with(limits: dict[str, Any]) -> TestClient:
+def ingress_with(limits: dict[str, Any]) -> Any:
     from serve.edge.ingress import Ingress
 
     cfg = RagcConfig.model_validate({"serve": {"limits": limits, "llm": {"enabled": False}}})
@@ -110,7 +110,11 @@ def app_with(limits: dict[str, Any]) -> TestClient:
     async def ready() -> tuple[bool, None]:
         return True, None
 
-    ingress = Ingress(cfg.model_dump(mode="json"), fake_stages(FakeStages(passages("demo"))), ready)
+    return Ingress(cfg.model_dump(mode="json"), fake_stages(FakeStages(passages("demo"))), ready)
+
+
+def app_with(limits: dict[str, Any]) -> TestClient:
+    ingress = ingress_with(limits)
     api = FastAPI()
 
     async def query(request: Request) -> Any:
@@ -122,6 +126,15 @@ def app_with(limits: dict[str, Any]) -> TestClient:
     api.post("/v1/query")(query)
     api.post("/v1/chat/completions")(chat)
     return TestClient(api)
+
+
+def test_the_mcp_tools_are_limited_like_the_http_apis() -> None:
+    from tests.unit.serve.edge.test_mcp_tools import call
+
+    ingress = ingress_with({"default": {"requests_per_s": 0.01, "burst": 1}})
+    assert not call("search", {"query": "q"}, ingress).is_error
+    refused = call("ask", {"question": "q"}, ingress)
+    assert refused.is_error and "429: tenant 'demo' is over its rate" in refused.content[0].text
 
 
 def test_the_ingress_answers_429_with_retry_after_on_both_apis() -> None:
