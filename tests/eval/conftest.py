@@ -45,7 +45,13 @@ def make_cli(env: dict[str, str], log: Path) -> RagcCli:
     def ragc(*args: str, expect: int = 0, timeout: float = 2400) -> dict[str, Any]:
         argv = [sys.executable, "-m", "cli.main", *args]
         started = time.monotonic()
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:  # say how far it got: its progress goes to stderr
+            partial = (exc.stderr or b"").decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else ""
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(f"$ ragc {' '.join(args)}  # killed after {timeout:.0f} s\n{partial[-4000:]}\n")
+            pytest.fail(f"ragc {' '.join(args)} ran past {timeout:.0f} s; its last output:\n{partial[-2000:]}")
         elapsed = time.monotonic() - started
         with log.open("a", encoding="utf-8") as handle:
             handle.write(f"$ ragc {' '.join(args)}  # {elapsed:.0f} s\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}\n")
