@@ -3,6 +3,7 @@ against Kubernetes schemas, KubeRay resources against the CRD schemas in ../shar
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -52,8 +53,10 @@ def render(values: dict[str, Any]) -> list[dict[str, Any]]:
     return docs
 
 
+@functools.cache
 def crd_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / f"ray.io_{RAY_KINDS[kind]}.yaml").read_text())
+    # a CRD is ~1 MB of YAML: parsed once per kind, with libyaml (pure-Python parsing took seconds per object)
+    crd = yaml.load((CRDS / f"ray.io_{RAY_KINDS[kind]}.yaml").read_text(), Loader=yaml.CSafeLoader)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     return version["schema"]["openAPIV3Schema"]
 
