@@ -20,7 +20,7 @@ from typing import Any
 
 from cluster.config import RagcConfig
 from cluster.ray_runtime import ensure_ray
-from serve.llm.generation import GenerationParams, HandleGenerator, TextGenerator
+from serve.llm.generation import GenerationParams, HandleGenerator, TextGenerator, collect
 from serve.llm.prompts import synthesis_messages
 from serve.stages.rewrite import RewriteStage
 from serve.types import Passage
@@ -62,7 +62,7 @@ async def tokens_per_s(llm: TextGenerator, count_tokens: Any, concurrency: int, 
     batch = prompts()[:concurrency]
 
     async def one(messages: list[dict[str, str]]) -> int:
-        return count_tokens("".join([piece async for piece in llm.stream(messages, params)]))
+        return count_tokens((await collect(llm.stream(messages, params))).text)
 
     started = time.perf_counter()
     counts = await asyncio.gather(*(one(m) for m in batch))

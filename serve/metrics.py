@@ -18,6 +18,7 @@ from ray.serve.metrics import Counter, Histogram
 STAGE_TAGS: Any = ("stage", "status")
 CHECK_TAGS: Any = ("outcome", "attempts")
 BREAKER_TAGS: Any = ("stage", "event")
+USAGE_TAGS: Any = ("tenant", "model")
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -34,6 +35,9 @@ class QueryMetrics:
     limited: Counter
     limiter_fallbacks: Counter
     breakers: Counter
+    tenant_requests: Counter
+    tenant_tokens: Counter
+    tenant_outcomes: Counter
 
 
 @cache
@@ -69,6 +73,19 @@ def query_metrics() -> QueryMetrics:
             "Circuit breaker events per stage: opened, refused (a request took the fallback at once)",
             tag_keys=BREAKER_TAGS,
         ),
+        tenant_requests=Counter(
+            "ragc_tenant_requests", "Answered queries per tenant and answering model", tag_keys=USAGE_TAGS
+        ),
+        tenant_tokens=Counter(
+            "ragc_tenant_tokens",
+            "LLM tokens per tenant and model, by kind (prompt, completion), as the engine counted them",
+            tag_keys=(*USAGE_TAGS, "kind"),
+        ),
+        tenant_outcomes=Counter(
+            "ragc_tenant_outcomes",
+            "Answered queries per tenant and model that were a cache hit, an abstention or a fallback answer",
+            tag_keys=(*USAGE_TAGS, "outcome"),
+        ),
     )
 
 
@@ -89,6 +106,18 @@ def count_limited(limit: str) -> None:
 
 def count_limiter_fallback() -> None:
     query_metrics().limiter_fallbacks.inc()
+
+
+def count_usage(tenant: str, model: str, tokens: dict[str, int], outcomes: list[str]) -> None:
+    """One answered query: its tokens by kind and its outcomes (cache_hit, abstained, fallback)."""
+    metrics = query_metrics()
+    tags = {"tenant": tenant, "model": model}
+    metrics.tenant_requests.inc(tags=tags)
+    for kind, count in tokens.items():
+        if count > 0:  # a Ray counter refuses a zero increment
+            metrics.tenant_tokens.inc(count, tags=tags | {"kind": kind})
+    for outcome in outcomes:
+        metrics.tenant_outcomes.inc(tags=tags | {"outcome": outcome})
 
 
 def count_breaker(stage: str, event: str) -> None:

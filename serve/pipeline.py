@@ -35,7 +35,9 @@ from serve.types import (
     StageStatusName,
     StreamReset,
     Synthesis,
+    Usage,
 )
+from serve.usage import account
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -144,6 +146,13 @@ class QueryPipeline:
     async def run(
         self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
     ) -> QueryResponse:
+        response = await self._answer(request, tenant, filter_expr, request_id, emit)
+        account(response, request.query, self._cfg)
+        return response
+
+    async def _answer(
+        self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None
+    ) -> QueryResponse:
         if self._cache is None:
             return await self._run(request, tenant, filter_expr, request_id, emit)
         started = time.perf_counter()
@@ -182,7 +191,8 @@ class QueryPipeline:
     async def _replay(cached: QueryResponse, report: StageStatus, request_id: str, emit: Emit | None) -> QueryResponse:
         """A cached answer, marked as such; a streaming request still gets its tokens."""
         stages = {name: StageStatus(status="cached") for name in cached.stages if name != "cache"}
-        response = cached.model_copy(update={"stages": {"cache": report, **stages}, "request_id": request_id})
+        fresh = {"stages": {"cache": report, **stages}, "request_id": request_id, "usage": Usage()}  # costs nothing
+        response = cached.model_copy(update=fresh)
         await emit_tokens(response.answer, emit)
         return response
 
@@ -206,6 +216,7 @@ class QueryPipeline:
 
         started = time.perf_counter()
         query, hyde_passage = request.query, None
+        spent = Usage()  # LLM tokens of the calls that returned (rewrite, HyDE, answers)
         if want_rewrite or want_hyde:
             try:
                 rewritten = await self._guarded(
@@ -214,6 +225,7 @@ class QueryPipeline:
                     cfg.rewrite.timeout_s,
                 )
                 query, hyde_passage = rewritten.query or request.query, rewritten.hyde_passage
+                spent += rewritten.usage
                 await report("rewrite", rewritten.status, started, rewritten.detail)
             except StageFailure as failure:
                 await report("rewrite", "fallback", started, f"original query used: {failure.reason}")
@@ -242,7 +254,7 @@ class QueryPipeline:
         if not passages:
             reports["rerank"] = StageStatus(status="skipped", detail="nothing to rerank")
             why = "no passage above the similarity floor"
-            return self._abstain(reports, "floor", why, None, retrieved.index_version, request_id, tenant, used)
+            return self._abstain(reports, "floor", why, None, retrieved.index_version, request_id, tenant, used, spent)
 
         started = time.perf_counter()
         candidates, top_scores = passages, []
@@ -266,7 +278,7 @@ class QueryPipeline:
         if answerable is not None and answerable < self._abstain_below():
             why = "the passages are unlikely to answer the question (answerability below the calibrated threshold)"
             return self._abstain(
-                reports, "answerability", why, answerable, retrieved.index_version, request_id, tenant, used
+                reports, "answerability", why, answerable, retrieved.index_version, request_id, tenant, used, spent
             )
 
         started = time.perf_counter()
@@ -287,6 +299,7 @@ class QueryPipeline:
                 tenant=tenant,
                 retrieval_query=used,
                 answerability=answerable,
+                usage=spent,
             )
 
         mode = self.mode(request)
@@ -317,6 +330,7 @@ class QueryPipeline:
         failure_reason = None
         try:
             synthesis = await self._guarded("synthesize", generate, cfg.synthesize.timeout_s)
+            spent += synthesis.usage  # spent even when the answer fails its check and is not served
             self._count_check(synthesis)
             if synthesis.failed_check:
                 calls = [synthesis.mode.removeprefix("llm, ")] if synthesis.response_mode != "compact" else []
@@ -404,8 +418,9 @@ class QueryPipeline:
         request_id: str,
         tenant: str,
         used: RetrievalQuery,
+        usage: Usage,
     ) -> QueryResponse:
-        """The abstention answer; the LLM is never called for it."""
+        """The abstention answer; the LLM is never called for it (`usage`: what rewriting cost)."""
         metrics.query_metrics().abstentions.inc(tags={"signal": signal})
         reports["synthesize"] = StageStatus(status="skipped", detail=f"abstained: {why}")
         return QueryResponse(
@@ -420,4 +435,5 @@ class QueryPipeline:
             tenant=tenant,
             retrieval_query=used,
             answerability=answerable,
+            usage=usage,
         )

@@ -11,6 +11,27 @@ StageStatusName = Literal["ok", "fallback", "skipped", "cached", "error"]  # wha
 CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"]  # what the cache lookup found
 
 
+class Usage(BaseModel):
+    """LLM tokens a request cost, as the engine counted them: prompts (chat template included) and generated
+    text, over every LLM call (rewrite, HyDE, each answer attempt, one the stage stopped reading early up to
+    where it stopped). A cached answer costs nothing; a stage that timed out reports nothing."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+        return cls(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage.of(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+
 @dataclass
 class Passage:
     chunk_id: str
@@ -70,6 +91,7 @@ class RewriteResult:
     hyde_passage: str | None = None
     status: StageStatusName = "skipped"
     detail: str = ""
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass
@@ -88,6 +110,7 @@ class Synthesis:
     prompt_tokens: int = 0  # what the prompt with those passages cost, by the engine's tokenizer
     llm_calls: int = 0
     response_mode: str = "compact"
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(frozen=True)
@@ -209,6 +232,7 @@ class QueryResponse(BaseModel):
         description="calibrated probability that the passages answer the question; null when the cosine floor "
         "alone decided (no calibration, or no cross-encoder scores)",
     )
+    usage: Usage = Field(default_factory=Usage, description="LLM tokens this answer cost (none when cached)")
 
     def degraded(self) -> bool:
         """A stage fell back: cached only briefly (`cache.degraded_ttl_s`), so a passing fault does not outlive

@@ -7,7 +7,9 @@ import hashlib
 import math
 
 from cluster.embedding_cache import EmbeddingCache
+from serve.llm.generation import Generated, Piece
 from serve.roles import Stages
+from serve.types import Usage
 
 
 class HashEmbedder:
@@ -50,6 +52,10 @@ class DictStoredVectors:
         return {i: self.vectors[i] for i in ids if i in self.vectors}
 
 
+REWRITE_COST = Usage.of(40, 9)  # what the fake engine reports for a rewrite and for an answer
+ANSWER_COST = Usage.of(300, 3)
+
+
 class FakeStages:
     """Plays every role of serve.roles (Rewriter, Retriever, Reranker, Synthesizer); each stage can be
     slowed (`delay_s`), made to fail (`fail`) or have a full queue (`full`: what a Serve handle raises)."""
@@ -90,7 +96,7 @@ class FakeStages:
         from serve.types import RewriteResult
 
         await self._enter("rewrite")
-        return RewriteResult(query=query + " rewritten", status="ok")
+        return RewriteResult(query=query + " rewritten", status="ok", usage=REWRITE_COST)
 
     async def retrieve(self, tenant, query, filter_expr, hyde_passage):  # type: ignore[no-untyped-def]
         from serve.types import RetrievalResult
@@ -119,7 +125,7 @@ class FakeStages:
             if n == 1 and self.delay_s.get("synthesize_midstream"):
                 await asyncio.sleep(self.delay_s["synthesize_midstream"])
             yield piece
-        yield Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm")
+        yield Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm", usage=ANSWER_COST)
 
     async def embed(self, text):  # type: ignore[no-untyped-def]
         await self._enter("embed")
@@ -147,8 +153,14 @@ class ScriptedGenerator:
             raise reply
         return str(reply)
 
-    async def generate(self, messages, params) -> str:  # type: ignore[no-untyped-def]
-        return self._next(messages, params)
+    async def generate(self, messages, params) -> Generated:  # type: ignore[no-untyped-def]
+        text = self._next(messages, params)
+        return Generated(text, self.usage(messages, text))
+
+    @staticmethod
+    def usage(messages, text: str) -> Usage:  # type: ignore[no-untyped-def]
+        """One token per whitespace-separated word, as `prompt_tokens` counts them."""
+        return Usage.of(sum(len(m["content"].split()) for m in messages), len(text.split()))
 
     async def ready(self) -> None:
         return None
@@ -160,10 +172,11 @@ class ScriptedGenerator:
     async def stream(self, messages, params):  # type: ignore[no-untyped-def]
         text = self._next(messages, params)
         try:
-            for word in text.split(" "):
+            words = text.split(" ")
+            for n, word in enumerate(words, start=1):
                 if self.word_delay_s:
                     await asyncio.sleep(self.word_delay_s)
-                yield word + " "
+                yield Piece(word + " ", self.usage(messages, " ".join(words[:n])))
         except GeneratorExit:
             self.abandoned += 1
             raise

@@ -318,6 +318,15 @@ class LLMConfig(Section):
     engines: dict[str, LLMEngineConfig] = Field(default_factory=lambda: {"default": LLMEngineConfig()})
 
 
+class RequestLogConfig(Section):
+    """One JSON line per answered query on the ingress replica's stderr (logger `ragc.requests`)."""
+
+    enabled: bool = True
+    question_text: bool = Field(
+        default=False, description="include the question's text (off: questions may carry personal data)"
+    )
+
+
 class CacheConfig(Section):
     enabled: bool = True
     l1_max_entries: int = Field(default=2048, ge=0, description="per-replica in-memory responses")
@@ -380,6 +389,7 @@ class ServeConfig(Section):
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    request_log: RequestLogConfig = Field(default_factory=RequestLogConfig)
     faults: StageFaults = Field(default_factory=StageFaults)
 
     @field_validator("deployments")

@@ -32,6 +32,7 @@ from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryErr
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
 from serve.types import QueryRequest, QueryResponse
+from serve.usage import send_request_log_to_stderr
 
 logger = logging.getLogger(__name__)
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -131,6 +132,8 @@ class Ingress:
         password = self._cfg.redis.password.resolve()
         cache = open_response_cache(self._cfg, redis_url(self._cfg), password)
         self._pipeline = QueryPipeline(self._scfg, stages, cache, load_answerability(self._scfg))
+        if self._scfg.request_log.enabled:
+            send_request_log_to_stderr()
         self._limiter = self._make_limiter(password)
         self._readiness = readiness
         self._llm_state = llm_state

@@ -154,6 +154,7 @@ def completion(result: QueryResponse, model: str, created: int | None = None) ->
         "created": created or int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": result.answer}, "finish_reason": "stop"}],
+        "usage": result.usage.model_dump(),
         MODEL_FAMILY: extension(result),
     }
 
@@ -177,7 +178,8 @@ def answer_chunks(result: QueryResponse, model: str, created: int) -> Iterator[d
         piece = " ".join(words[start : start + STREAM_PIECE_WORDS])
         text = piece if start + STREAM_PIECE_WORDS >= len(words) else piece + " "
         yield chunk(result.request_id, model, created, {"content": text})
-    yield chunk(result.request_id, model, created, {}, "stop") | {MODEL_FAMILY: extension(result)}
+    closing = {"usage": result.usage.model_dump(), MODEL_FAMILY: extension(result)}
+    yield chunk(result.request_id, model, created, {}, "stop") | closing
 
 
 ERROR_TYPES = {

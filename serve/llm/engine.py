@@ -13,8 +13,9 @@ from typing import Any
 from cluster.config import LLMEngineConfig, RagcConfig
 from cluster.llm_models import resolve_llm_path
 from serve.faults import FaultHooks
-from serve.llm.generation import GenerationParams, Messages
+from serve.llm.generation import Generated, GenerationParams, Messages, Piece, collect
 from serve.llm.orphan_guard import guard_children
+from serve.types import Usage
 
 WARM_UP_SENTENCES = 40  # a prompt of about 400 tokens, the size answers send
 WARM_UP_TOKENS = 8
@@ -76,19 +77,21 @@ class LLMEngine(FaultHooks):
             stream_interval=self._stream_interval,
         )
 
-    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[str, None]:
-        """Text deltas as the engine produces them; a cancelled caller aborts the engine request."""
+    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[Piece, None]:
+        """Text deltas as the engine produces them, each with the tokens spent so far; a cancelled caller
+        aborts the engine request."""
         await self._injected_delay()
         prompt = self._prompt(messages)
-        sent = 0
+        sent, counted = 0, Usage()
         async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
             text = output.outputs[0].text
-            if len(text) > sent:
-                yield text[sent:]
-                sent = len(text)
+            usage = Usage.of(len(output.prompt_token_ids or ()), len(output.outputs[0].token_ids))
+            if len(text) > sent or usage != counted:  # the last output may add tokens (a stop string) but no text
+                yield Piece(text[sent:], usage)
+                sent, counted = len(text), usage
 
-    async def generate(self, messages: Messages, params: GenerationParams) -> str:
-        return "".join([piece async for piece in self.stream(messages, params)])
+    async def generate(self, messages: Messages, params: GenerationParams) -> Generated:
+        return await collect(self.stream(messages, params))
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])

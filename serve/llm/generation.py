@@ -7,6 +7,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from serve.types import Usage
+
 Messages = list[dict[str, str]]
 
 
@@ -19,10 +21,25 @@ class GenerationParams:
     regex: str | None = None
 
 
-class TextGenerator(Protocol):
-    async def generate(self, messages: Messages, params: GenerationParams) -> str: ...
+@dataclass(frozen=True)
+class Piece:
+    """A text delta of a streamed call, and what the call has cost so far (its prompt, and the tokens generated
+    up to here): a caller that stops reading early still knows what it spent."""
 
-    def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[str, None]: ...
+    text: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Generated:
+    text: str
+    usage: Usage
+
+
+class TextGenerator(Protocol):
+    async def generate(self, messages: Messages, params: GenerationParams) -> Generated: ...
+
+    def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[Piece, None]: ...
 
     async def ready(self) -> None:
         """Returns when the engine answers its health check and has warmed up; raises otherwise."""
@@ -40,10 +57,10 @@ class HandleGenerator:
         self._handle = handle
         self._streaming = handle.options(stream=True)
 
-    async def generate(self, messages: Messages, params: GenerationParams) -> str:
+    async def generate(self, messages: Messages, params: GenerationParams) -> Generated:
         return await self._handle.generate.remote(messages, params)
 
-    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[str, None]:
+    async def stream(self, messages: Messages, params: GenerationParams) -> AsyncGenerator[Piece, None]:
         response = self._streaming.stream.remote(messages, params)
         finished = False
         try:
@@ -62,6 +79,16 @@ class HandleGenerator:
 
     async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
         return await self._handle.prompt_tokens.remote(prompts)
+
+
+async def collect(stream: AsyncGenerator[Piece, None]) -> Generated:
+    """A whole stream: its text and what it cost."""
+    texts: list[str] = []
+    usage = Usage()
+    async for piece in stream:
+        texts.append(piece.text)
+        usage = piece.usage
+    return Generated("".join(texts), usage)
 
 
 def as_generator(llm: Any) -> TextGenerator | None:

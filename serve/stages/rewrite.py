@@ -20,7 +20,7 @@ from serve.llm.prompts import (
     recent_history,
     rewrite_messages,
 )
-from serve.types import RewriteResult, StageStatusName
+from serve.types import RewriteResult, StageStatusName, Usage
 
 
 class RewriteStage(FaultHooks):
@@ -52,10 +52,12 @@ class RewriteStage(FaultHooks):
         notes: list[str] = []
         refused = False
         used = query
+        usage = Usage()
         if rewrite and turns:
             params = GenerationParams(self._cfg.max_tokens, regex=REWRITE_PATTERN)
-            raw = await self._llm.generate(rewrite_messages(query, turns), params)
-            candidate, reason = clean_rewrite(raw, query, turns, self._cfg.max_query_chars)
+            generated = await self._llm.generate(rewrite_messages(query, turns), params)
+            usage += generated.usage
+            candidate, reason = clean_rewrite(generated.text, query, turns, self._cfg.max_query_chars)
             if candidate is None:
                 refused = True
                 notes.append(f"original query used: {reason}")
@@ -66,8 +68,9 @@ class RewriteStage(FaultHooks):
             notes.append("no history to resolve")
         passage = None
         if hyde:
-            raw = await self._llm.generate(hyde_messages(used), GenerationParams(self._cfg.hyde_max_tokens))
-            passage = clean_hyde(raw)
+            generated = await self._llm.generate(hyde_messages(used), GenerationParams(self._cfg.hyde_max_tokens))
+            usage += generated.usage
+            passage = clean_hyde(generated.text)
             if passage is None:
                 refused = True
                 notes.append("HyDE passage refused (empty): question embedded alone")
@@ -75,4 +78,4 @@ class RewriteStage(FaultHooks):
                 notes.append("HyDE passage")
         did_something = used != query or passage is not None
         status: StageStatusName = "fallback" if refused else ("ok" if did_something else "skipped")
-        return RewriteResult(query=used, hyde_passage=passage, status=status, detail="; ".join(notes))
+        return RewriteResult(query=used, hyde_passage=passage, status=status, detail="; ".join(notes), usage=usage)

@@ -22,7 +22,7 @@ from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages, as_generator
 from serve.llm.prompts import cited_sentences_pattern, combine_messages, recent_history, synthesis_messages
-from serve.types import AnswerContext, Passage, StreamReset, Synthesis, SynthesisItem
+from serve.types import AnswerContext, Passage, StreamReset, Synthesis, SynthesisItem, Usage
 
 CITATION = re.compile(r"\[(\d+)\]")
 RESULT_MARGIN = 0.05  # share of the timeout kept to hand a failed retry's verdict back before the pipeline gives up
@@ -119,31 +119,47 @@ class SynthesizeStage(FaultHooks):
         if self._llm is None:
             yield extractive_answer(query, passages, self._cfg)
             return
-        if mode == "compact":
-            async for item in self._compact(query, passages, output_pattern, context):
-                yield item
-        else:
-            async for item in self._multi_call(query, passages, context, mode):
-                yield item
+        spent: list[Usage] = []  # what each LLM call cost, up to where it was read
+        items = (
+            self._compact(query, passages, output_pattern, context, spent)
+            if mode == "compact"
+            else self._multi_call(query, passages, context, mode, spent)
+        )
+        async for item in items:
+            if isinstance(item, Synthesis):
+                item.usage = sum(spent, Usage())
+            yield item
 
     async def _call(
-        self, messages: Messages, params: GenerationParams, deadline: float, sink: list[str]
+        self, messages: Messages, params: GenerationParams, deadline: float, sink: list[str], spent: list[Usage]
     ) -> AsyncIterator[str]:
-        """One LLM call, streamed into `sink` and yielded piece by piece. It stops reading (which aborts the
-        engine's request) at the deadline or as soon as the text repeats itself: a model that started
-        repeating will not recover, and its tokens cost time the retry needs."""
+        """One LLM call, streamed into `sink` and yielded piece by piece, its cost so far into `spent`. It stops
+        reading (which aborts the engine's request) at the deadline or as soon as the text repeats itself: a
+        model that started repeating will not recover, and its tokens cost time the retry needs."""
         assert self._llm is not None
-        async with aclosing(self._llm.stream(messages, params)) as stream:
-            async for piece in stream:
-                sink.append(piece)
-                yield piece
-                if time.monotonic() > deadline:
-                    return
-                if self._cfg.check.enabled and repetition("".join(sink), partial=True):
-                    return
+        usage = Usage()
+        try:
+            async with aclosing(self._llm.stream(messages, params)) as stream:
+                async for piece in stream:
+                    usage = piece.usage
+                    if not piece.text:
+                        continue
+                    sink.append(piece.text)
+                    yield piece.text
+                    if time.monotonic() > deadline:
+                        return
+                    if self._cfg.check.enabled and repetition("".join(sink), partial=True):
+                        return
+        finally:
+            spent.append(usage)
 
     async def _compact(
-        self, query: str, passages: list[Passage], output_pattern: str | None, context: AnswerContext | None
+        self,
+        query: str,
+        passages: list[Passage],
+        output_pattern: str | None,
+        context: AnswerContext | None,
+        spent: list[Usage],
     ) -> AsyncIterator[SynthesisItem]:
         started = time.monotonic()
         sent, prompt_tokens = await self._passages_that_fit(query, passages, context)
@@ -160,7 +176,7 @@ class SynthesizeStage(FaultHooks):
             params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=pattern)
             messages = self._messages(query, passages, strict, context)
             attempt_started = time.monotonic()
-            async for piece in self._call(messages, params, deadline if strict else float("inf"), pieces):
+            async for piece in self._call(messages, params, deadline if strict else float("inf"), pieces, spent):
                 yield piece
             if strict and time.monotonic() > deadline:
                 why = f"{first_reason} (the strict retry ran out of time)"
@@ -191,7 +207,12 @@ class SynthesizeStage(FaultHooks):
             strict = True
 
     async def _multi_call(
-        self, query: str, passages: list[Passage], context: AnswerContext | None, mode: ResponseMode
+        self,
+        query: str,
+        passages: list[Passage],
+        context: AnswerContext | None,
+        mode: ResponseMode,
+        spent: list[Usage],
     ) -> AsyncIterator[SynthesisItem]:
         """refine, tree_summarize and accumulate: several LLM calls over batches of the passages, numbered as
         returned. Only the call whose text becomes the answer streams; a deadline reached between or during
@@ -216,7 +237,7 @@ class SynthesizeStage(FaultHooks):
             if streams and streamed:
                 yield "\n\n"
             sink: list[str] = []
-            async for piece in self._call(messages, params, deadline, sink):
+            async for piece in self._call(messages, params, deadline, sink, spent):
                 if streams:
                     streamed = True
                     yield piece
@@ -232,7 +253,7 @@ class SynthesizeStage(FaultHooks):
             if streamed:
                 yield StreamReset("combining the batches' answers")
                 streamed = False
-            async for piece in self._call(combine_messages(query, answers), params, deadline, sink):
+            async for piece in self._call(combine_messages(query, answers), params, deadline, sink, spent):
                 streamed = True
                 yield piece
             calls += 1

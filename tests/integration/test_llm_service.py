@@ -133,7 +133,10 @@ def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: di
     assert tokens[0][0] < tokens[-1][0] <= final_at, "pieces arrive over time, before the final object"
     assert_citations_point_at_passages(final)
     synthesize = final["stages"]["synthesize"]
-    print(f"packaged model, streamed: {synthesize}")
+    print(f"packaged model, streamed: {synthesize}, usage {final['usage']}")
+    usage = final["usage"]  # the engine's own counts, whether the answer was served or fell back
+    assert usage["prompt_tokens"] > 100 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     if synthesize["status"] == "ok":  # the model's answer passed its check: every citation supported
         assert synthesize["detail"].startswith("llm") and final["grounded"]
         assert all(c["supported"] and c["support"] is not None for c in final["citations"])

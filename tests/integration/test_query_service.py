@@ -319,6 +319,7 @@ def test_the_official_openai_client_gets_a_cited_answer(service: dict[str, Any])
     assert completion.choices[0].finish_reason == "stop" and completion.id == f"chatcmpl-{ext['request_id']}"
     assert ext["tenant"] == "alpha" and not ext["abstained"] and ext["grounded"]
     assert ext["citations"] and all(f"[{c['n']}]" in answer for c in ext["citations"])
+    assert completion.usage is not None and completion.usage.total_tokens == 0  # extractive: no LLM tokens
     assert len(ext["passages"]) <= 3 and {c["doc_id"] for c in ext["citations"]} <= alpha_doc_ids()
     # the same pipeline as /v1/query (the system message dropped): the same turns there are a cache hit
     history = [
@@ -568,7 +569,13 @@ def test_metrics_and_health(service: dict[str, Any]) -> None:
     ask(service, {"query": "What is the capital of France?"})  # an abstention
     assert httpx.get(f"{service['base']}/healthz", timeout=10).json() == {"status": "ok"}
     url = f"http://127.0.0.1:{service['metrics_port']}/metrics"
-    wanted = ("ray_ragc_stage_seconds_count{", "ray_ragc_abstentions_total{", "ray_ragc_requests_total{")
+    wanted = (
+        "ray_ragc_stage_seconds_count{",
+        "ray_ragc_abstentions_total{",
+        "ray_ragc_requests_total{",
+        "ray_ragc_tenant_requests_total{",
+        "ray_ragc_tenant_outcomes_total{",
+    )
     deadline = time.monotonic() + 90  # the agent exports on its own period (~10 s)
     while True:
         series = [line for line in httpx.get(url, timeout=10).text.splitlines() if line.startswith("ray_ragc_")]
@@ -578,6 +585,10 @@ def test_metrics_and_health(service: dict[str, Any]) -> None:
     retrieve_ok = [s for s in series if s.startswith("ray_ragc_stage_seconds_count{") and 'stage="retrieve"' in s]
     assert any('status="ok"' in s and 'deployment="ingress"' in s and "replica=" in s for s in retrieve_ok), series
     assert any(s.startswith("ray_ragc_abstentions_total{") for s in series), series
+    # usage per tenant and answering model (this app answers without an LLM: extractive, no tokens)
+    assert any('tenant="alpha"' in s and 'model="extractive"' in s for s in series if "tenant_requests" in s), series
+    abstained = [s for s in series if s.startswith("ray_ragc_tenant_outcomes_total{") and 'outcome="abstained"' in s]
+    assert any('tenant="alpha"' in s for s in abstained), series
     schema = httpx.get(f"{service['base']}/openapi.json", timeout=10).json()
     assert "/v1/query" in schema["paths"] and "QueryRequest" in schema["components"]["schemas"]
 

@@ -31,6 +31,7 @@ def response(answer: str = "Tenants are filtered in the store [1].") -> QueryRes
             "request_id": "r1",
             "tenant": "alpha",
             "retrieval_query": {"query": "q"},
+            "usage": {"prompt_tokens": 310, "completion_tokens": 12, "total_tokens": 322},
         }
     )
 
@@ -104,6 +105,7 @@ def test_a_completion_carries_the_answer_and_the_extension() -> None:
             "finish_reason": "stop",
         }
     ]
+    assert out["usage"] == {"prompt_tokens": 310, "completion_tokens": 12, "total_tokens": 322}
     ext = out["ragc"]
     assert "answer" not in ext and ext["citations"][0]["doc_id"] == "d" and ext["grounded"] is True
     assert QueryResponse.model_validate(ext | {"answer": "x"}).stages["retrieve"].status == "ok"
@@ -117,7 +119,8 @@ def test_stream_chunks_rebuild_the_answer_and_the_last_carries_the_extension() -
     *pieces, last = chunks
     assert len(pieces) == 3 and all(c["choices"][0]["finish_reason"] is None for c in pieces)
     assert last["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
-    assert last["ragc"]["request_id"] == "r1"
+    assert last["ragc"]["request_id"] == "r1" and last["usage"]["total_tokens"] == 322
+    assert all("usage" not in c for c in pieces)
 
 
 def test_errors_have_openais_shape() -> None:
