@@ -1,0 +1,62 @@
+"""The local Ray start retries once when Ray itself timed out starting, and only then."""
+
+from typing import Any
+
+import pytest
+
+from cluster.config import RagcConfig
+from cluster.ray_runtime import ensure_ray
+
+
+class FlakyInit:
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.calls = 0
+        self.shutdowns = 0
+
+    def init(self, **_: Any) -> None:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+@pytest.fixture
+def flaky(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import ray
+
+    def install(failures: list[Exception]) -> FlakyInit:
+        fake = FlakyInit(failures)
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+        monkeypatch.setattr(ray, "init", fake.init)
+        monkeypatch.setattr(ray, "shutdown", fake.shutdown)
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        return fake
+
+    return install
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "The current node timed out during startup.",
+        "Timed out waiting for file /tmp/ray/session_x/gcs_server_port_abc",  # seen in CI on 2 busy cores
+    ],
+)
+def test_a_start_that_timed_out_is_tried_once_more(flaky: Any, message: str) -> None:
+    fake = flaky([Exception(message)])
+    ensure_ray(RagcConfig())
+    assert (fake.calls, fake.shutdowns) == (2, 1)
+
+
+def test_any_other_failure_or_a_second_timeout_is_raised(flaky: Any) -> None:
+    other = flaky([ValueError("bad address")])
+    with pytest.raises(ValueError, match="bad address"):
+        ensure_ray(RagcConfig())
+    assert other.calls == 1
+    twice = flaky([Exception("Timed out waiting for file a"), Exception("Timed out waiting for file b")])
+    with pytest.raises(Exception, match="file b"):
+        ensure_ray(RagcConfig())
+    assert twice.calls == 2
