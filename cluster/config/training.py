@@ -20,12 +20,12 @@ class RerankTrainingConfig(Section):
     negatives: int = Field(default=3, ge=1, description="hard negatives per positive")
     negative_pool: int = Field(default=30, gt=0, description="hybrid candidates the negatives are drawn from")
     epochs: int = Field(
-        default=1,
+        default=2,
         ge=1,
         description="passes over the groups (the measured recipes: ARCHITECTURE.md, Rerank)",
     )
     groups_per_step: int = Field(default=4, gt=0, description="positives (each with its negatives) per step")
-    learning_rate: float = Field(default=2e-4, gt=0)
+    learning_rate: float = Field(default=1e-4, gt=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
