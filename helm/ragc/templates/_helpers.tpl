@@ -141,59 +141,64 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     {{- include "ragc.volumeMounts" $root | nindent 4 }}
 {{- end -}}
 
-{{/* RayClusterSpec shared by the RayService and the RayJobs. */}}
+{{/* RayClusterSpec shared by the RayService and the RayJobs: (dict "root" $ "component" NAME). The component
+     label keeps each cluster's pods apart: only the RayService's take traffic or count in the PDB. */}}
 {{- define "ragc.rayClusterSpec" -}}
-rayVersion: {{ .Values.rayVersion | quote }}
-enableInTreeAutoscaling: {{ .Values.autoscaler.enabled }}
-{{- if .Values.autoscaler.enabled }}
+{{- $root := .root -}}
+{{- $component := .component -}}
+rayVersion: {{ $root.Values.rayVersion | quote }}
+enableInTreeAutoscaling: {{ $root.Values.autoscaler.enabled }}
+{{- if $root.Values.autoscaler.enabled }}
 autoscalerOptions:
-  idleTimeoutSeconds: {{ .Values.autoscaler.idleTimeoutSeconds }}
+  idleTimeoutSeconds: {{ $root.Values.autoscaler.idleTimeoutSeconds }}
   upscalingMode: Default
 {{- end }}
 headGroupSpec:
   rayStartParams:
     num-cpus: "0"
     dashboard-host: 0.0.0.0
-    metrics-export-port: {{ .Values.metricsPort | quote }}
+    metrics-export-port: {{ $root.Values.metricsPort | quote }}
   template:
     metadata:
       labels:
-        {{- include "ragc.selectorLabels" . | nindent 8 }}
+        {{- include "ragc.selectorLabels" $root | nindent 8 }}
         ragc.io/role: head
+        ragc.io/component: {{ $component }}
     spec:
-      {{- with .Values.imagePullSecrets }}
+      {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets: {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- with .Values.head.nodeSelector }}
+      {{- with $root.Values.head.nodeSelector }}
       nodeSelector: {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- with .Values.head.tolerations }}
+      {{- with $root.Values.head.tolerations }}
       tolerations: {{- toYaml . | nindent 8 }}
       {{- end }}
       containers:
-        {{- include "ragc.rayContainer" (list . .Values.head) | nindent 8 }}
+        {{- include "ragc.rayContainer" (list $root $root.Values.head) | nindent 8 }}
           ports:
             - {containerPort: 6379, name: gcs-server}
             - {containerPort: 8265, name: dashboard}
             - {containerPort: 10001, name: client}
-            - {containerPort: {{ .Values.serve.httpPort }}, name: serve}
-            - {containerPort: {{ .Values.metricsPort }}, name: metrics}
+            - {containerPort: {{ $root.Values.serve.httpPort }}, name: serve}
+            - {containerPort: {{ $root.Values.metricsPort }}, name: metrics}
       volumes:
-        {{- include "ragc.volumes" . | nindent 8 }}
+        {{- include "ragc.volumes" $root | nindent 8 }}
 workerGroupSpecs:
-{{- with .Values.workers.cpu }}
+{{- with $root.Values.workers.cpu }}
 {{- if .enabled }}
   - groupName: cpu
     replicas: {{ .replicas }}
     minReplicas: {{ .minReplicas }}
     maxReplicas: {{ .maxReplicas }}
     rayStartParams:
-      metrics-export-port: {{ $.Values.metricsPort | quote }}
+      metrics-export-port: {{ $root.Values.metricsPort | quote }}
     template:
       metadata:
         labels:
-          {{- include "ragc.selectorLabels" $ | nindent 10 }}
+          {{- include "ragc.selectorLabels" $root | nindent 10 }}
           ragc.io/role: cpu-worker
+          ragc.io/component: {{ $component }}
       spec:
         {{- with .nodeSelector }}
         nodeSelector: {{- toYaml . | nindent 10 }}
@@ -202,14 +207,14 @@ workerGroupSpecs:
         tolerations: {{- toYaml . | nindent 10 }}
         {{- end }}
         containers:
-          {{- include "ragc.rayContainer" (list $ .) | nindent 10 }}
+          {{- include "ragc.rayContainer" (list $root .) | nindent 10 }}
             ports:
-              - {containerPort: {{ $.Values.metricsPort }}, name: metrics}
+              - {containerPort: {{ $root.Values.metricsPort }}, name: metrics}
         volumes:
-          {{- include "ragc.volumes" $ | nindent 10 }}
+          {{- include "ragc.volumes" $root | nindent 10 }}
 {{- end }}
 {{- end }}
-{{- with .Values.workers.gpu }}
+{{- with $root.Values.workers.gpu }}
 {{- if .enabled }}
   - groupName: gpu
     replicas: {{ .replicas }}
@@ -217,12 +222,13 @@ workerGroupSpecs:
     maxReplicas: {{ .maxReplicas }}
     rayStartParams:
       num-gpus: {{ .gpusPerWorker | quote }}
-      metrics-export-port: {{ $.Values.metricsPort | quote }}
+      metrics-export-port: {{ $root.Values.metricsPort | quote }}
     template:
       metadata:
         labels:
-          {{- include "ragc.selectorLabels" $ | nindent 10 }}
+          {{- include "ragc.selectorLabels" $root | nindent 10 }}
           ragc.io/role: gpu-worker
+          ragc.io/component: {{ $component }}
       spec:
         {{- with .nodeSelector }}
         nodeSelector: {{- toYaml . | nindent 10 }}
@@ -232,10 +238,10 @@ workerGroupSpecs:
         {{- end }}
         containers:
           - name: ray
-            image: {{ include "ragc.image" $ }}
-            imagePullPolicy: {{ $.Values.image.pullPolicy }}
+            image: {{ include "ragc.image" $root }}
+            imagePullPolicy: {{ $root.Values.image.pullPolicy }}
             env:
-              {{- include "ragc.podEnv" $ | nindent 14 }}
+              {{- include "ragc.podEnv" $root | nindent 14 }}
             resources:
               requests:
                 {{- toYaml .resources.requests | nindent 16 }}
@@ -244,11 +250,11 @@ workerGroupSpecs:
                 {{- toYaml .resources.limits | nindent 16 }}
                 nvidia.com/gpu: {{ .gpusPerWorker }}
             volumeMounts:
-              {{- include "ragc.volumeMounts" $ | nindent 14 }}
+              {{- include "ragc.volumeMounts" $root | nindent 14 }}
             ports:
-              - {containerPort: {{ $.Values.metricsPort }}, name: metrics}
+              - {containerPort: {{ $root.Values.metricsPort }}, name: metrics}
         volumes:
-          {{- include "ragc.volumes" $ | nindent 10 }}
+          {{- include "ragc.volumes" $root | nindent 10 }}
 {{- end }}
 {{- end }}
 {{- end -}}

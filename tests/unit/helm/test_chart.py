@@ -39,6 +39,8 @@ VALUE_SETS = {
         "sync": {"enabled": True, "tenants": [{"tenant": "acme", "source": "s3://bucket/acme"}]},
         "ingress": {"enabled": True, "host": "rag.example.com"},
         "podMonitor": {"enabled": True},
+        "milvus": {"enabled": True},
+        "redis": {"enabled": True},
     },
 }
 
@@ -207,3 +209,58 @@ def test_every_ray_pod_exports_the_replicas_metrics_and_the_pod_monitor_scrapes_
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     labels = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def pod_templates(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """(owner, labels) of every pod the release can create. A RayService's pods carry `ray.io/serve: "true"`
+    once KubeRay finds their Serve proxy healthy (KubeRay sets it on RayService clusters only)."""
+    found: list[tuple[str, dict[str, str]]] = []
+    for doc in docs:
+        owner = f"{doc['kind']} {doc['metadata']['name']}"
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            found.append((owner, dict(doc["spec"]["template"]["metadata"]["labels"])))
+        elif doc["kind"] in RAY_KINDS:
+            spec = doc["spec"]
+            cluster = (
+                spec.get("rayClusterConfig") or spec.get("rayClusterSpec") or spec["jobTemplate"]["rayClusterSpec"]
+            )
+            extra = {"ray.io/serve": "true"} if doc["kind"] == "RayService" else {}
+            for group in [cluster["headGroupSpec"], *cluster.get("workerGroupSpecs", [])]:
+                found.append((owner, dict(group["template"]["metadata"]["labels"]) | extra))
+    return found
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    plain = selector.get("matchLabels", selector if "matchExpressions" not in selector else {})
+    if not plain.items() <= labels.items():
+        return False
+    return all(
+        labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", []) if e["operator"] == "In"
+    )
+
+
+def test_traffic_and_disruption_budgets_reach_only_the_serving_pods() -> None:
+    """The app Service routes only to the RayService's pods (never a reindex/sync job cluster or the bundled
+    Milvus and Redis, which share the release's labels), each store's Service only to its store, the PDB counts
+    only the serving workers and the PodMonitor scrapes only Ray pods."""
+    docs = render(VALUE_SETS["jobs"])
+    pods = pod_templates(docs)
+    owners = {owner for owner, _ in pods}
+    assert {"RayService rel-ragc", "RayJob rel-ragc-reindex", "RayCronJob rel-ragc-sync"} <= owners
+    stores = {owner for owner in owners if owner.split()[0] in ("Deployment", "StatefulSet")}
+    assert len(stores) == 2, owners  # the bundled Milvus and Redis
+    selectors = {
+        f"{d['kind']} {d['metadata']['name']}": d["spec"]["selector"]
+        for d in docs
+        if d["kind"] in ("Service", "PodDisruptionBudget", "PodMonitor")
+    }
+    matched = {name: {owner for owner, labels in pods if selects(sel, labels)} for name, sel in selectors.items()}
+    assert matched.pop("PodMonitor rel-ragc") == owners - stores
+    for name, targets in matched.items():
+        assert len(targets) == 1, f"{name} selects pods of {sorted(targets)}"
+    assert matched["Service rel-ragc"] == {"RayService rel-ragc"}
+    assert matched["PodDisruptionBudget rel-ragc-workers"] == {"RayService rel-ragc"}
+    app = selectors["Service rel-ragc"]
+    workers = [labels for owner, labels in pods if owner == "RayService rel-ragc"]
+    assert sum(selects(app, labels) for labels in workers) == len(workers)  # every serving pod with a proxy
+    assert not any(selects(app, labels | {"ray.io/serve": "false"}) for labels in workers)  # not an unhealthy one
