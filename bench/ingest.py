@@ -61,7 +61,7 @@ def bench_ingest(cfg: RagcConfig, dataset: Path, limit: int) -> int:
 
         docs = scan(source, cfg.ingest.max_file_bytes).documents
         chunker = Chunker(cfg.chunking, model_tokenizer(cfg.embedding.model))
-        texts = [c.text for d in docs for c in chunker.chunk(d, BENCH_TENANT, *parse(d))]
+        texts = [c.text for d in docs for c in chunker.chunk(d, BENCH_TENANT, parse(d))]
         embedder = SentenceTransformerEmbedder(cfg.embedding)
         embedder.embed(texts[: cfg.embedding.batch_size])  # warm-up, as the Ray actor's first batch is
         base_started = time.perf_counter()

@@ -13,7 +13,7 @@ from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
 
 from cluster.config import ChunkingConfig
 from cluster.models import resolve_model_path
-from ingest_jobs.documents import SourceDocument, chunk_id
+from ingest_jobs.documents import ParsedDocument, SourceDocument, chunk_id
 
 Tokenizer = Callable[[str], list[int]]
 
@@ -76,10 +76,10 @@ class Chunker:
             return [(header, body) for header, body in pieces if body.strip()] or [("", text)]
         return [("", text)]
 
-    def chunk(self, doc: SourceDocument, tenant: str, title: str, text: str) -> list[Chunk]:
+    def chunk(self, doc: SourceDocument, tenant: str, parsed: ParsedDocument) -> list[Chunk]:
         chunks: list[Chunk] = []
         seen: dict[str, int] = {}
-        for section, body in self.sections(doc, text):
+        for section, body in self.sections(doc, parsed.text):
             for piece in self._splitter.split_text(body):
                 if not piece.strip():
                     continue
@@ -92,10 +92,10 @@ class Chunker:
                         tenant_id=tenant,
                         text=piece,
                         source=doc.source,
-                        title=title,
+                        title=parsed.title,
                         doc_type=doc.doc_type,
                         section=section,
-                        year=doc.year,
+                        year=parsed.year,
                         updated_at=doc.updated_at,
                         chunk_index=len(chunks),
                         content_hash=doc.content_hash,

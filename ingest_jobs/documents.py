@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cluster.hashing import sha
 from cluster.tenancy import check_tenant
 
-__all__ = ["Failure", "SourceDocument", "check_tenant", "chunk_id", "sha"]
+__all__ = ["Failure", "ParsedDocument", "SourceDocument", "check_tenant", "chunk_id", "sha"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,14 @@ class SourceDocument:
     @classmethod
     def from_json(cls, raw: str) -> SourceDocument:
         return cls(**json.loads(raw))
+
+
+class ParsedDocument(NamedTuple):
+    """What parsing a document yields: its title and year (declared metadata first) and its text."""
+
+    title: str
+    text: str
+    year: int
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest_jobs.documents import Failure, SourceDocument, sha
+from ingest_jobs.documents import Failure, ParsedDocument, SourceDocument, sha
+from ingest_jobs.metadata import (
+    SIDECAR_SUFFIX,
+    DocumentMetadata,
+    MetadataError,
+    html_meta,
+    merged,
+    pdf_meta,
+    read_sidecar,
+    split_front_matter,
+    validate,
+)
 
 TEXT_TYPES = {".txt": "txt", ".text": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
 BINARY_TYPES = {".pdf": "pdf"}
@@ -40,6 +51,8 @@ def scan(root: Path, max_file_bytes: int) -> ScanResult:
         rel = path.relative_to(base).as_posix()
         if any(part.startswith(".") for part in Path(rel).parts):
             continue
+        if rel.endswith(SIDECAR_SUFFIX) and path.with_name(path.name[: -len(SIDECAR_SUFFIX)]).is_file():
+            continue  # read with the document it describes
         suffix = path.suffix.lower()
         if suffix == CORPUS_SUFFIX:
             for item in _scan_corpus(path, rel, max_file_bytes):
@@ -78,15 +91,29 @@ def _scan_file(path: Path, rel: str, max_file_bytes: int) -> SourceDocument | Fa
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             return Failure(rel, f"not valid UTF-8 (byte {exc.start})")
+    sidecar_path = path.with_name(path.name + SIDECAR_SUFFIX)
+    sidecar: dict[str, Any] = {}
+    if sidecar_path.is_file():
+        try:
+            declared = read_sidecar(sidecar_path.read_bytes(), sidecar_path.name)
+        except (OSError, MetadataError) as exc:
+            return Failure(rel, str(exc))
+        sidecar = declared.model_dump(mode="json", exclude_defaults=True)
     return SourceDocument(
         doc_id=rel,
         source=rel,
         doc_type=doc_type,
-        content_hash=sha(data),
+        content_hash=file_hash(data, sidecar),
         title=path.stem.replace("_", " ").replace("-", " "),
         updated_at=int(path.stat().st_mtime),
         path=str(path),
+        extra={"sidecar": sidecar} if sidecar else {},
     )
+
+
+def file_hash(data: bytes, sidecar: dict[str, Any]) -> str:
+    """The file's hash, joined with its sidecar's fields when it has one (editing either re-ingests it)."""
+    return sha(data) if not sidecar else sha(sha(data) + json.dumps(sidecar, sort_keys=True))
 
 
 def _scan_corpus(path: Path, rel: str, max_file_bytes: int) -> Iterator[SourceDocument | Failure]:
@@ -144,57 +171,72 @@ def _int(value: Any) -> int:
         return 0
 
 
-def parse(doc: SourceDocument) -> tuple[str, str]:
-    """(title, text) of a document; raises ParseError with the reason when it has no usable text."""
+def parse(doc: SourceDocument) -> ParsedDocument:
+    """Title, text and year of a document; raises ParseError with the reason when it has no usable text or
+    declares metadata of the wrong type. Sidecar fields win over those inside the document."""
     if doc.text is not None:
-        return doc.title, doc.text
+        return ParsedDocument(doc.title, doc.text, doc.year)
     try:
         data = Path(doc.path).read_bytes()
     except OSError as exc:
         raise ParseError(f"unreadable: {exc.strerror or exc}") from exc
-    if doc.content_hash != sha(data):
+    sidecar = doc.extra.get("sidecar", {})
+    if doc.content_hash != file_hash(data, sidecar):
         raise ParseError("changed while the job ran; run again")
-    title, text = _PARSERS[doc.doc_type](data, doc.title)
+    try:
+        text, inside = _PARSERS[doc.doc_type](data)
+        meta = merged(validate(inside, doc.doc_id), DocumentMetadata.model_validate(sidecar))
+    except MetadataError as exc:
+        raise ParseError(str(exc)) from exc
     if not text.strip():
         raise ParseError("no text content")
-    return title, text
+    year = meta.effective_year
+    return ParsedDocument(meta.title or doc.title, text, doc.year if year is None else year)
 
 
-def _parse_plain(data: bytes, title: str) -> tuple[str, str]:
-    return title, data.decode("utf-8")
+Extracted = tuple[str, dict[str, Any]]  # text, metadata fields the document declares
 
 
-def _parse_markdown(data: bytes, title: str) -> tuple[str, str]:
-    text = data.decode("utf-8")
-    for line in text.splitlines():
-        if line.startswith("# "):
-            return line[2:].strip(), text
-    return title, text
+def _parse_plain(data: bytes) -> Extracted:
+    return data.decode("utf-8"), {}
 
 
-def _parse_html(data: bytes, title: str) -> tuple[str, str]:
+def _parse_markdown(data: bytes) -> Extracted:
+    declared, text = split_front_matter(data.decode("utf-8"))
+    if "title" not in declared:
+        heading = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), "")
+        declared = declared | ({"title": heading} if heading else {})
+    return text, declared
+
+
+def _parse_html(data: bytes) -> Extracted:
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup(data.decode("utf-8"), "html.parser")
+    pairs = [
+        (str(tag.get("name") or tag.get("property") or ""), str(tag.get("content") or ""))
+        for tag in soup.find_all("meta")
+    ]
+    declared = html_meta(pairs)
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
-    if soup.title and soup.title.string:
-        title = soup.title.string.strip()
+    if soup.title and soup.title.string and soup.title.string.strip():
+        declared["title"] = soup.title.string.strip()
     lines = (line.strip() for line in soup.get_text("\n").splitlines())
-    return title, "\n".join(line for line in lines if line)
+    return "\n".join(line for line in lines if line), declared
 
 
-def _parse_pdf(data: bytes, title: str) -> tuple[str, str]:
+def _parse_pdf(data: bytes) -> Extracted:
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
         pages = [page.extract_text() or "" for page in reader.pages]
-        meta_title = reader.metadata.title if reader.metadata else None
+        declared = pdf_meta(reader.metadata)
     except (PyPdfError, ValueError, KeyError, TypeError) as exc:
         raise ParseError(f"corrupt PDF: {exc}") from exc
-    return (meta_title or title), "\n\n".join(pages)
+    return "\n\n".join(pages), declared
 
 
 _PARSERS = {"txt": _parse_plain, "md": _parse_markdown, "html": _parse_html, "pdf": _parse_pdf}

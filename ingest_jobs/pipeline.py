@@ -43,8 +43,7 @@ class PipelineOutcome:
 def parse_and_chunk(row: dict[str, Any], chunking: ChunkingConfig, model: str, tenant: str) -> list[dict[str, Any]]:
     doc = SourceDocument.from_json(row["doc"])
     try:
-        title, text = parse(doc)
-        chunks = Chunker(chunking, model_tokenizer(model)).chunk(doc, tenant, title, text)
+        chunks = Chunker(chunking, model_tokenizer(model)).chunk(doc, tenant, parse(doc))
     except ParseError as exc:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: str(exc)}]
     if not chunks:

@@ -233,3 +233,30 @@ def test_llama_index_attaches_to_our_collection(cfg: RagcConfig, tmp_path: Path)
     ours = {r["text"] for r in rows_of(cfg, "acme")}
     assert all(n.node.get_content() in ours for n in nodes), "llama-index reads our chunk text as node text"
     assert nodes[0].node.metadata["doc_id"] == "tenancy.md"
+
+
+def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_nothing_else(
+    cfg: RagcConfig, tmp_path: Path
+) -> None:
+    from tests.unit.ingest_jobs.pdfs import text_pdf
+
+    corpus = tmp_path / "meta"
+    corpus.mkdir()
+    (corpus / "front.md").write_text("---\nyear: 2021\n---\n# Front\n\nFront matter sets the year.\n")
+    (corpus / "page.html").write_text(
+        '<html><head><meta name="dc.date" content="2019-02-03"></head><body><p>An older page.</p></body></html>'
+    )
+    (corpus / "plain.txt").write_text("A plain file whose sidecar sets the year.")
+    (corpus / "plain.txt.meta.json").write_text(json.dumps({"year": 2023}))
+    (corpus / "paper.pdf").write_bytes(text_pdf(["A paper from a PDF."], {"/CreationDate": "D:20220101000000Z"}))
+    (corpus / "wrong.md").write_text("---\nyear: next spring\n---\nThis one declares a year of the wrong type.\n")
+    report = run_sync(cfg, corpus, "meta")
+    assert (report.added, report.failed) == (4, 1), report.summary()
+    assert report.failures[0].doc_id == "wrong.md" and "year" in report.failures[0].reason
+    from serve.edge.filters import compile_filters
+
+    expr = compile_filters({"year": {"gte": 2020}}, cfg.serve.filters, cfg.serve.limits)
+    rows = connect(cfg).query(
+        cfg.milvus.collection, filter=all_of(eq("tenant_id", "meta"), expr), output_fields=["doc_id", "year"]
+    )
+    assert {r["doc_id"]: r["year"] for r in rows} == {"front.md": 2021, "plain.txt": 2023, "paper.pdf": 2022}

@@ -3,7 +3,7 @@ import pytest
 
 from cluster.config import ChunkingConfig
 from ingest_jobs.chunking import Chunker
-from ingest_jobs.documents import SourceDocument, check_tenant, chunk_id
+from ingest_jobs.documents import ParsedDocument, SourceDocument, check_tenant, chunk_id
 from ingest_jobs.embed_stage import VectorResolver
 from ingest_jobs.ledger import LedgerEntry
 from ingest_jobs.plan import classify
@@ -27,7 +27,7 @@ def test_chunk_ids_are_deterministic_and_tenant_scoped() -> None:
 def test_markdown_sections_carry_header_path() -> None:
     chunker = Chunker(ChunkingConfig(chunk_size=64, chunk_overlap=8), words)
     text = "# Guide\n\nintro text\n\n## Tenants\n\nkept apart by partition key\n"
-    chunks = chunker.chunk(doc("g.md", doc_type="md"), "t1", "Guide", text)
+    chunks = chunker.chunk(doc("g.md", doc_type="md"), "t1", ParsedDocument("Guide", text, 0))
     sections = [c.section for c in chunks]
     assert "Guide" in sections[0]
     assert any("Tenants" in s for s in sections)
@@ -37,8 +37,8 @@ def test_markdown_sections_carry_header_path() -> None:
 def test_long_text_is_split_and_ids_survive_an_unrelated_edit() -> None:
     chunker = Chunker(ChunkingConfig(chunk_size=40, chunk_overlap=0), words)
     paragraphs = [" ".join(f"w{p}_{i}" for i in range(30)) + "." for p in range(4)]
-    before = chunker.chunk(doc("a.txt"), "t", "", "\n\n".join(paragraphs))
-    after = chunker.chunk(doc("a.txt"), "t", "", "\n\n".join([*paragraphs[:3], "new tail words."]))
+    before = chunker.chunk(doc("a.txt"), "t", ParsedDocument("", "\n\n".join(paragraphs), 0))
+    after = chunker.chunk(doc("a.txt"), "t", ParsedDocument("", "\n\n".join([*paragraphs[:3], "new tail words."]), 0))
     assert len(before) >= 3
     assert {c.id for c in before} & {c.id for c in after}, "unchanged chunks keep their ids"
     assert {c.id for c in before} != {c.id for c in after}

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from ingest_jobs.loaders import ParseError, parse, scan
+from tests.unit.ingest_jobs.pdfs import text_pdf
 
 LIMIT = 1024 * 1024
 
@@ -60,7 +61,7 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
     docs = {d.doc_id: d for d in found.documents}
     assert sorted(docs) == ["7", "d1", "d9"]
     assert docs["d1"].year == 2019
-    assert parse(docs["d1"]) == ("T", "T\n\nbody")
+    assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019)
     assert len(found.failures) == 3
 
 
@@ -68,7 +69,7 @@ def test_parse_html_and_markdown(tmp_path: Path) -> None:
     write(tmp_path, "p.html", "<html><head><title>Page</title><style>x{}</style></head><body><p>Hi</p></body></html>")
     write(tmp_path, "m.md", "intro\n# Heading\nbody")
     docs = {d.doc_id: d for d in scan(tmp_path, LIMIT).documents}
-    title, text = parse(docs["p.html"])
+    title, text, _ = parse(docs["p.html"])
     assert title == "Page"
     assert text.endswith("Hi") and "x{}" not in text
     assert parse(docs["m.md"])[0] == "Heading"
@@ -87,3 +88,54 @@ def test_file_edited_after_scan_is_refused(tmp_path: Path) -> None:
     path.write_text("two")
     with pytest.raises(ParseError, match="changed"):
         parse(doc)
+
+
+def test_a_valid_pdf_gives_its_text_title_and_year(tmp_path: Path) -> None:
+    info = {"/Title": "Sharding Notes", "/Author": "A. Writer", "/CreationDate": "D:20210304120000Z"}
+    write(tmp_path, "notes.pdf", text_pdf(["Replicas move between shards.", "Second page words."], info))
+    title, text, year = parse(scan(tmp_path, LIMIT).documents[0])
+    assert title == "Sharding Notes" and year == 2021
+    assert "Replicas move between shards." in text and "Second page words." in text
+
+
+def test_metadata_from_front_matter_html_meta_and_a_sidecar_that_wins(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "---\ntitle: Front Title\nyear: 2022\ntags: [ops, k8s]\n---\n# Heading\nbody words")
+    write(
+        tmp_path,
+        "b.html",
+        '<html><head><meta name="citation_publication_date" content="2020-05-01">'
+        '<meta name="author" content="X"></head><body><p>page text</p></body></html>',
+    )
+    write(tmp_path, "c.txt", "plain words")
+    write(tmp_path, "c.txt.meta.json", json.dumps({"year": 2018, "title": "Sidecar Title"}))
+    write(tmp_path, "a.md.meta.json", json.dumps({"year": 2023}))
+    found = scan(tmp_path, LIMIT)
+    assert not found.failures and not found.skipped  # a sidecar is read with its document, never on its own
+    docs = {d.doc_id: parse(d) for d in found.documents}
+    assert docs["a.md"].title == "Front Title" and docs["a.md"].year == 2023  # the sidecar's year wins
+    assert not docs["a.md"].text.startswith("---") and "title:" not in docs["a.md"].text
+    assert docs["b.html"].year == 2020 and docs["b.html"].title == "b"
+    assert docs["c.txt"] == ("Sidecar Title", "plain words", 2018)
+
+
+def test_editing_only_the_sidecar_changes_the_documents_hash(tmp_path: Path) -> None:
+    write(tmp_path, "c.txt", "plain words")
+    before = scan(tmp_path, LIMIT).documents[0].content_hash
+    write(tmp_path, "c.txt.meta.json", json.dumps({"year": 2018}))
+    assert scan(tmp_path, LIMIT).documents[0].content_hash != before
+
+
+def test_metadata_of_the_wrong_type_fails_that_document_only(tmp_path: Path) -> None:
+    write(tmp_path, "bad.md", "---\nyear: soon\n---\nbody")
+    write(tmp_path, "list.md", "---\n- not\n- a mapping\n---\nbody")
+    write(tmp_path, "side.txt", "words")
+    write(tmp_path, "side.txt.meta.json", json.dumps({"year": "2020-ish"}))
+    write(tmp_path, "good.md", "---\nyear: 2021\n---\nbody")
+    found = scan(tmp_path, LIMIT)
+    assert [f.doc_id for f in found.failures] == ["side.txt"] and "year" in found.failures[0].reason
+    docs = {d.doc_id: d for d in found.documents}
+    with pytest.raises(ParseError, match=r"year .*'soon'"):
+        parse(docs["bad.md"])
+    with pytest.raises(ParseError, match="mapping"):
+        parse(docs["list.md"])
+    assert parse(docs["good.md"]).year == 2021
