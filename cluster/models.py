@@ -43,7 +43,8 @@ def resolve_model_path(reference: str) -> str:
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into unit-length vectors of a fixed dimension."""
+    """Turns texts into unit-length vectors of a fixed dimension. `model_id` keys cached vectors: the
+    configured id, with the weights' fingerprint where they are on disk."""
 
     model_id: str
     dim: int
@@ -106,8 +107,12 @@ class SentenceTransformerEmbedder:
     def __init__(self, cfg: EmbeddingConfig) -> None:
         from sentence_transformers import SentenceTransformer
 
+        from cluster.weights import weights_fingerprint
+
         set_torch_threads(cfg.num_threads)
-        self.model_id = cfg.model_id
+        weights = weights_fingerprint(cfg.model)
+        # what the shared embedding cache keys vectors by: two models under one id never share entries
+        self.model_id = f"{cfg.model_id}@{weights}" if weights else cfg.model_id
         self.dim = cfg.dim
         self._batch_size = cfg.batch_size
         self._normalize = cfg.normalize

@@ -54,7 +54,7 @@ def recorded_sources(collections: Collections) -> list[TenantSource]:
 def same_vectors(old: CollectionIdentity | None, new: CollectionIdentity) -> bool:
     """Chunk ids are content-derived, so an older collection's vector for the same id is reusable
     exactly when it came from the same embedding model."""
-    return old is not None and (old.model_id, old.dim) == (new.model_id, new.dim)
+    return old is not None and old.same_weights(new)
 
 
 def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> ReindexReport:

@@ -84,6 +84,12 @@ class Collections:
                 f"({active.identity.dim}-d) but the config names {wanted.model_id} ({wanted.dim}-d); "
                 "run `ragc reindex` to rebuild it with the new model"
             )
+        if not active.identity.same_weights(wanted):
+            raise CollectionMismatchError(
+                f"collection {active.physical!r} was embedded with {active.identity.model_id} weights "
+                f"{active.identity.weights} but the configured model ({self._cfg.embedding.model}) has weights "
+                f"{wanted.weights} under the same id; vectors of two models must not mix: run `ragc reindex`"
+            )
         if active.identity.chunker != wanted.chunker:
             raise CollectionMismatchError(
                 f"collection {active.physical!r} was chunked as {active.identity.chunker} but the config "

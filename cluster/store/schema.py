@@ -13,6 +13,7 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from cluster.config import ChunkingConfig, EmbeddingConfig, MilvusConfig
 from cluster.store.bm25_text import bm25_scheme
+from cluster.weights import weights_fingerprint
 
 ID_MAX = 64
 DOC_ID_MAX = 1024
@@ -23,6 +24,7 @@ PLACEHOLDER_DIM = 2  # Milvus wants a vector field in every collection; key-valu
 # Collection properties that pin what the vectors mean.
 PROP_MODEL_ID = "ragc.embedding_model_id"
 PROP_DIM = "ragc.embedding_dim"
+PROP_WEIGHTS = "ragc.embedding_weights"  # cluster/weights.py; absent on collections from before it
 PROP_CHUNKER = "ragc.chunker"
 PROP_BM25 = "ragc.bm25_text"
 LEGACY_BM25 = "analyzer-only"  # collections from before the stemmed BM25 field: BM25 over `text` itself
@@ -57,12 +59,19 @@ class CollectionIdentity:
     dim: int
     chunker: str
     bm25: str
+    weights: str = ""  # fingerprint of the embedding model's files; "" = unknown (not checked)
 
     @classmethod
     def from_config(
         cls, embedding: EmbeddingConfig, chunking: ChunkingConfig, milvus: MilvusConfig
     ) -> CollectionIdentity:
-        return cls(embedding.model_id, embedding.dim, chunking.fingerprint(), bm25_scheme(milvus.bm25_stemmer))
+        return cls(
+            embedding.model_id,
+            embedding.dim,
+            chunking.fingerprint(),
+            bm25_scheme(milvus.bm25_stemmer),
+            weights_fingerprint(embedding.model),
+        )
 
     @classmethod
     def from_properties(cls, props: dict[str, Any]) -> CollectionIdentity | None:
@@ -73,10 +82,22 @@ class CollectionIdentity:
             dim=int(props[PROP_DIM]),
             chunker=str(props[PROP_CHUNKER]),
             bm25=str(props.get(PROP_BM25, LEGACY_BM25)),
+            weights=str(props.get(PROP_WEIGHTS, "")),
         )
 
+    def same_weights(self, other: CollectionIdentity) -> bool:
+        """Same model id and width, and the same weight files wherever both sides know theirs."""
+        known = self.weights and other.weights
+        return (self.model_id, self.dim) == (other.model_id, other.dim) and (not known or self.weights == other.weights)
+
     def properties(self) -> dict[str, str]:
-        return {PROP_MODEL_ID: self.model_id, PROP_DIM: str(self.dim), PROP_CHUNKER: self.chunker, PROP_BM25: self.bm25}
+        props = {
+            PROP_MODEL_ID: self.model_id,
+            PROP_DIM: str(self.dim),
+            PROP_CHUNKER: self.chunker,
+            PROP_BM25: self.bm25,
+        }
+        return props | ({PROP_WEIGHTS: self.weights} if self.weights else {})
 
 
 def create_chunk_collection(client: MilvusClient, name: str, identity: CollectionIdentity, cfg: MilvusConfig) -> None:

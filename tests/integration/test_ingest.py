@@ -149,6 +149,25 @@ def test_another_embedding_model_is_refused(cfg: RagcConfig, tmp_path: Path) -> 
     other.embedding.model_id = "BAAI/bge-small-en-v1.5"
     with pytest.raises(CollectionMismatchError, match="reindex"):
         run_sync(other, corpus, "acme")
+    # other weights under the same id and width (a fine-tuned copy): the label alone would let them mix
+    retrained = cfg.model_copy(deep=True)
+    retrained.embedding.model = str(perturbed_copy(cfg.embedding.model, tmp_path / "retrained"))
+    with pytest.raises(CollectionMismatchError, match="weights"):
+        run_sync(retrained, corpus, "acme")
+    assert run_sync(cfg, corpus, "acme").unchanged == len(DOCS)  # the same weights still pass
+
+
+def perturbed_copy(reference: str, out: Path) -> Path:
+    import shutil
+
+    from cluster.models import resolve_model_path
+
+    shutil.copytree(resolve_model_path(reference), out)
+    weights = out / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01  # the last byte of the last tensor: still loads, different weights
+    weights.write_bytes(bytes(data))
+    return out
 
 
 def test_reindex_swaps_alias_and_keeps_counts(cfg: RagcConfig, tmp_path: Path) -> None:
