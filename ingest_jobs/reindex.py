@@ -14,7 +14,8 @@ from cluster.store.client import connect
 from cluster.store.collections import ActiveCollection, Collections, generation_of, physical_name
 from cluster.store.schema import CollectionIdentity
 from ingest_jobs.documents import check_tenant
-from ingest_jobs.sync import SyncReport, source_key, sync_into
+from ingest_jobs.lease import held
+from ingest_jobs.sync import SyncReport, source_key, sync_into, tenant_lease
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,13 @@ def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> R
         check_tenant(src.tenant)
         if not src.path.exists():
             raise FileNotFoundError(f"source of tenant {src.tenant!r} is gone: {src.path}")
+    leases = [tenant_lease(cfg, collections, tenant) for tenant in sorted({src.tenant for src in sources})]
+    with held(leases, cfg.ingest.lease_ttl_s):  # an ingest into the old generation now would be lost at the swap
+        return _rebuild(cfg, collections, sources, started)
+
+
+def _rebuild(cfg: RagcConfig, collections: Collections, sources: list[TenantSource], started: float) -> ReindexReport:
+    client = collections.client
     existing = collections.generations()
     generation = max((generation_of(collections.alias, n) for n in existing), default=0) + 1
     physical = physical_name(collections.alias, generation)

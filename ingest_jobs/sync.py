@@ -15,6 +15,7 @@ from cluster.store.collections import ActiveCollection, Collections, ledger_name
 from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
 from ingest_jobs.documents import Failure, check_tenant
+from ingest_jobs.lease import TenantLease, held, lease_key
 from ingest_jobs.ledger import Ledger, LedgerEntry
 from ingest_jobs.loaders import scan
 from ingest_jobs.pipeline import PipelineOutcome, embed_and_write
@@ -70,6 +71,11 @@ def source_key(alias: str, tenant: str) -> str:
     return f"source:{alias}:{tenant}"
 
 
+def tenant_lease(cfg: RagcConfig, collections: Collections, tenant: str) -> TenantLease:
+    key = lease_key(collections.alias, tenant)
+    return TenantLease(collections.catalog, key, cfg.ingest.lease_ttl_s, cfg.ingest.lease_wait_s)
+
+
 def count_chunks(client: MilvusClient, collection: str, tenant: str) -> int:
     rows = client.query(collection, filter=eq(ChunkFields.TENANT, tenant), output_fields=["count(*)"])
     return int(rows[0]["count(*)"]) if rows else 0
@@ -83,13 +89,14 @@ def run_sync(
     check_tenant(tenant)
     client = connect(cfg)
     collections = Collections(client, cfg)
-    active = collections.ensure()
-    report = sync_into(cfg, client, active, source, tenant, prune, reuse_from)
-    if report.changed_anything:
-        report.index_version = collections.bump_index_version()
-    else:
-        report.index_version = collections.index_version()
-    collections.catalog.put(source_key(active.alias, tenant), {"path": str(source.resolve()), "prune": prune})
+    with held([tenant_lease(cfg, collections, tenant)], cfg.ingest.lease_ttl_s):
+        active = collections.ensure()
+        report = sync_into(cfg, client, active, source, tenant, prune, reuse_from)
+        if report.changed_anything:
+            report.index_version = collections.bump_index_version()
+        else:
+            report.index_version = collections.index_version()
+        collections.catalog.put(source_key(active.alias, tenant), {"path": str(source.resolve()), "prune": prune})
     report.seconds = time.perf_counter() - started
     return report
 

@@ -28,4 +28,12 @@ class IngestConfig(Section):
     gpus_per_actor: float = Field(default=0.0, ge=0, description="0 = CPU; 1 per actor on GPU nodes")
     upsert_batch_size: int = Field(default=256, gt=0, le=10000)
     max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    lease_ttl_s: float = Field(
+        default=60.0, gt=1, description="a tenant's ingest lease lapses this long after its holder last renewed it"
+    )
+    lease_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="how long a second ingest of a busy tenant waits before it exits with who holds it",
+    )
     faults: IngestFaults = Field(default_factory=IngestFaults)

@@ -279,3 +279,20 @@ def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_n
         cfg.milvus.collection, filter=all_of(eq("tenant_id", "meta"), expr), output_fields=["doc_id", "year"]
     )
     assert {r["doc_id"]: r["year"] for r in rows} == {"front.md": 2021, "plain.txt": 2023, "paper.pdf": 2022}
+
+
+def test_a_second_ingest_of_a_busy_tenant_says_who_holds_it_and_writes_nothing(cfg: RagcConfig, tmp_path: Path) -> None:
+    from cluster.store.client import Catalog
+    from ingest_jobs.lease import TenantBusyError, TenantLease, lease_key
+
+    corpus = make_corpus(tmp_path / "docs")
+    catalog = Catalog(connect(cfg), cfg.milvus.meta_collection)
+    other_run = TenantLease(catalog, lease_key(cfg.milvus.collection, "busy"), ttl_s=60)
+    other_run.acquire()
+    try:
+        with pytest.raises(TenantBusyError, match=r"tenant busy is being synced by .+ since"):
+            run_sync(cfg, corpus, "busy")
+        assert Collections(connect(cfg), cfg).resolve() is None  # refused before anything was written
+    finally:
+        other_run.release()
+    assert catalog.get(lease_key(cfg.milvus.collection, "busy")) is None
