@@ -106,8 +106,18 @@ def cmd_ingest(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from ingest_jobs.reindex import TenantSource, run_reindex
+    from ingest_jobs.reindex import TenantSource, rollback, run_reindex
 
+    if args.rollback:
+        if args.tenant:
+            raise ValueError("--rollback takes no --tenant: it moves the alias for every tenant")
+        back = rollback(cfg).summary()
+        emit(
+            back,
+            args.json,
+            lambda s: f"rolled back to {s['collection']} (was {s['previous']}), index version {s['index_version']}",
+        )
+        return EXIT_OK
     sources = [TenantSource(t, Path(p)) for t, p in args.tenant] if args.tenant else None
     report = run_reindex(cfg, sources)
     summary = report.summary()
@@ -235,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar=("TENANT", "PATH"),
         help="sources to rebuild (default: every tenant's recorded source)",
+    )
+    reindex.add_argument(
+        "--rollback",
+        action="store_true",
+        help="point the alias back at the generation the last reindex swapped away from (milvus.keep_old_collections)",
     )
     reindex.set_defaults(func=cmd_reindex)
 

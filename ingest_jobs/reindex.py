@@ -100,4 +100,43 @@ def _rebuild(cfg: RagcConfig, collections: Collections, sources: list[TenantSour
     doomed = older[: max(0, len(older) - cfg.milvus.keep_old_collections)]
     for name in doomed:
         collections.drop_physical(name)
+    for name in older[len(doomed) :]:
+        collections.release(name)  # kept for a rollback, on disk only: nothing searches it
     return ReindexReport(physical, previous, doomed, version, time.perf_counter() - started, reports)
+
+
+@dataclass
+class RollbackReport:
+    collection: str
+    previous: str
+    index_version: int
+
+    def summary(self) -> dict[str, Any]:
+        return {"collection": self.collection, "previous": self.previous, "index_version": self.index_version}
+
+
+def rollback(cfg: RagcConfig) -> RollbackReport:
+    """Point the alias back at the newest kept generation older than the active one (the one the last
+    reindex swapped away from). Refused with the reason when none is kept or it no longer fits the config."""
+    collections = Collections(connect(cfg), cfg)
+    tenants = sorted({src.tenant for src in recorded_sources(collections)})
+    with held([tenant_lease(cfg, collections, t) for t in tenants], cfg.ingest.lease_ttl_s):
+        active = collections.resolve()
+        if active is None:
+            raise ValueError(f"nothing to roll back: {collections.alias} does not exist yet")
+        current = generation_of(collections.alias, active)
+        older = [n for n in collections.generations() if generation_of(collections.alias, n) < current]
+        if not older:
+            raise ValueError(
+                f"nothing to roll back to: no generation older than {active} is kept "
+                f"(milvus.keep_old_collections = {cfg.milvus.keep_old_collections})"
+            )
+        target = older[-1]
+        identity = collections.identity_of(target)
+        if identity is None:
+            raise ValueError(f"{target} records no embedding model: not a ragc index")
+        collections.check(ActiveCollection(collections.alias, target, identity))
+        collections.load(target)
+        collections.swap_alias(target)
+        collections.release(active)
+        return RollbackReport(target, active, collections.bump_index_version())

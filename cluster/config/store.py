@@ -39,7 +39,10 @@ class MilvusConfig(Section):
         "(too_many_pings), so only turn this on against a real Milvus that permits them",
     )
     keep_old_collections: int = Field(
-        default=0, ge=0, description="physical collections kept after a reindex swaps the alias"
+        default=1,
+        ge=0,
+        description="older generations kept (released, on disk) after a reindex swaps the alias: what "
+        "`ragc reindex --rollback` can go back to",
     )
 
     @field_validator("bm25_stemmer")

@@ -134,6 +134,11 @@ class Collections:
             self.client.alter_alias(physical, self.alias)
         return previous
 
+    def release(self, physical: str) -> None:
+        for name in (physical, ledger_name(physical)):
+            if self.client.has_collection(name):
+                self.client.release_collection(name)
+
     def generations(self) -> list[str]:
         names = [n for n in self.client.list_collections() if generation_of(self.alias, n)]
         return sorted(names, key=lambda n: generation_of(self.alias, n))

@@ -15,7 +15,7 @@ from cluster.store.client import connect
 from cluster.store.collections import CollectionMismatchError, Collections, ledger_name
 from cluster.store.expr import all_of, eq
 from ingest_jobs.ledger import Ledger
-from ingest_jobs.reindex import TenantSource, run_reindex
+from ingest_jobs.reindex import TenantSource, rollback, run_reindex
 from ingest_jobs.sink import InjectedFaultError
 from ingest_jobs.sync import run_sync
 
@@ -183,7 +183,7 @@ def test_reindex_swaps_alias_and_keeps_counts(cfg: RagcConfig, tmp_path: Path) -
     rebuilt = run_reindex(cfg)
     assert rebuilt.previous == before and rebuilt.collection != before
     assert collections.resolve() == rebuilt.collection
-    assert rebuilt.dropped == [before] and not client.has_collection(before)
+    assert rebuilt.dropped == [] and client.has_collection(before), "the previous generation is kept"
     assert len(rows_of(cfg, "ta")) == a.chunks_total and len(rows_of(cfg, "tb")) == b.chunks_total
     assert rebuilt.index_version > b.index_version
     assert run_sync(cfg, corpus_a, "ta").chunks_embedded == 0, "the new collection has a ledger of its own"
@@ -191,6 +191,20 @@ def test_reindex_swaps_alias_and_keeps_counts(cfg: RagcConfig, tmp_path: Path) -
     with pytest.raises(FileNotFoundError):
         run_reindex(cfg, [TenantSource("ta", tmp_path / "nope")])
     assert collections.resolve() == rebuilt.collection
+
+    back = rollback(cfg)
+    assert (back.collection, back.previous) == (before, rebuilt.collection) and collections.resolve() == before
+    assert len(rows_of(cfg, "ta")) == a.chunks_total and back.index_version > rebuilt.index_version
+    with pytest.raises(ValueError, match="nothing to roll back to: no generation older than"):
+        rollback(cfg)
+    assert collections.resolve() == before
+
+    keep_none = cfg.model_copy(deep=True)
+    keep_none.milvus.keep_old_collections = 0
+    latest = run_reindex(keep_none, [TenantSource("ta", corpus_a)])
+    assert sorted(latest.dropped) == sorted([before, rebuilt.collection]) and collections.generations() == [
+        latest.collection
+    ]
 
 
 def test_cli_reports_bad_files_and_exits_nonzero(cfg: RagcConfig, tmp_path: Path) -> None:

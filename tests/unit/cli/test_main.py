@@ -32,6 +32,7 @@ def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["calibrate-abstention", "--dataset", "{dataset}"], "pass --reranker"),
         (["calibrate-abstention", "--dataset", "{dataset}", "--reranker", "{out}", "--split", "test"], "held out"),
         (["calibrate-abstention", "--dataset", "{dataset}", "--reranker", "{out}"], "make an abstention variant"),
+        (["reindex", "--rollback", "--tenant", "t", "{dataset}"], "--rollback takes no --tenant"),
     ],
 )
 def test_usage_errors_exit_2_with_the_reason(
