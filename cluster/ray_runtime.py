@@ -8,7 +8,7 @@ import os
 from cluster.config import RagcConfig
 
 MB = 1024 * 1024
-LOCAL_START_ATTEMPTS = 2
+LOCAL_START_ATTEMPTS = 3  # the raylet's 30 s registration wait is fixed in Ray; a busy machine may need another try
 # what Ray raises when its raylet never registers, or its GCS never wrote its port within the wait
 START_TIMEOUTS = ("timed out during startup", "Timed out waiting for file")
 GCS_PORT_WAIT_S = "60"  # Ray's default is 30 s: a GCS starting beside milvus-lite on 2 busy cores ran past it

@@ -38,6 +38,9 @@ def cli_env(state_dir: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "RAY_USAGE_STATS_ENABLED": "0",
+        # `make test` runs the gate at a low CPU priority beside the integration tier: a local Ray may then
+        # wait for the CPU while it starts (cluster.ray_runtime's own default is 60 s)
+        "RAY_gcs_server_port_wait_time_s": "240",
     }
 
 
