@@ -125,11 +125,12 @@ def bench_llm(cfg: RagcConfig, dataset: Path, limit: int, max_tokens: int = 96) 
     from serve.llm.engine import LLMEngine, engine_deployment_name
 
     engine_name = cfg.serve.synthesize.engine
-    config = cfg.model_dump(mode="json")
-    engine = LLMEngine(config, engine_name)
+    engine = LLMEngine(**LLMEngine.tree_args(cfg, engine_name))
     loop = asyncio.new_event_loop()
     before_ray = loop.run_until_complete(measure(engine, engine.count_tokens, max_tokens))
-    quality = loop.run_until_complete(rewrite_quality(RewriteStage(config, engine), cast_turns(dataset, limit)))
+    quality = loop.run_until_complete(
+        rewrite_quality(RewriteStage(**RewriteStage.tree_args(cfg), llm=engine), cast_turns(dataset, limit))
+    )
     print(json.dumps({"bare_before_ray": before_ray, "rewrite": quality}), flush=True)
     ensure_ray(cfg)
     serve.start(http_options={"host": "127.0.0.1", "port": 0})
@@ -139,7 +140,7 @@ def bench_llm(cfg: RagcConfig, dataset: Path, limit: int, max_tokens: int = 96) 
 
     deployment = cfg.serve.llm.engines[engine_name].deployment.model_copy(update={"num_cpus": 0.0})
     options = deployment_options(engine_deployment_name(engine_name), deployment)
-    app = serve.deployment(**options)(LLMEngine).bind(config, engine_name)
+    app = serve.deployment(**options)(LLMEngine).bind(**LLMEngine.tree_args(cfg, engine_name))
     handle = serve.run(app, name="bench-llm", route_prefix=None)
     served = asyncio.run(measure(HandleGenerator(handle), engine.count_tokens, max_tokens))
     serve.delete("bench-llm")

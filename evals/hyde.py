@@ -14,10 +14,9 @@ class InProcessHyde:
         from serve.llm.engine import LLMEngine
         from serve.stages.rewrite import RewriteStage
 
-        config = cfg.model_dump(mode="json")
         self._loop = asyncio.new_event_loop()
-        self._engine = LLMEngine(config, cfg.serve.rewrite.engine)
-        self._stage = RewriteStage(config, self._engine)
+        self._engine = LLMEngine(**LLMEngine.tree_args(cfg, cfg.serve.rewrite.engine))
+        self._stage = RewriteStage(**RewriteStage.tree_args(cfg), llm=self._engine)
         self.statuses: dict[str, int] = {}
 
     def __call__(self, query: str) -> str | None:

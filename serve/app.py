@@ -4,7 +4,7 @@ the config tree. `ragc serve-config` and the Helm chart render the same options.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
@@ -19,7 +19,15 @@ from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import SynthesizeStage
 from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
-STAGE_CLASSES = {
+
+class BindableStage(Protocol):
+    """A stage as the builder binds it: its arguments come out of the tree."""
+
+    @staticmethod
+    def tree_args(tree: RagcConfig) -> dict[str, Any]: ...
+
+
+STAGE_CLASSES: dict[str, type[BindableStage]] = {
     "rewrite": RewriteStage,
     "retrieve": RetrieveStage,
     "rerank": RerankStage,
@@ -103,12 +111,13 @@ class HandleSynthesizer:
 
 
 def build_app(cfg: RagcConfig) -> serve.Application:
+    """Each deployment is bound with its own typed sections (`tree_args`), pickled by Serve as they are."""
     config = cfg.model_dump(mode="json")
     scfg = cfg.serve
     engines = {
         name: serve.deployment(**deployment_options(engine_deployment_name(name), scfg.llm.engines[name].deployment))(
             LLMEngine
-        ).bind(config, name)
+        ).bind(**LLMEngine.tree_args(cfg, name))
         for name in scfg.engines_in_use()
     }
     llm_of = {"rewrite": scfg.rewrite.engine, "synthesize": scfg.synthesize.engine}
@@ -116,7 +125,8 @@ def build_app(cfg: RagcConfig) -> serve.Application:
     for stage, cls in STAGE_CLASSES.items():
         deployment = serve.deployment(**deployment_options(stage, scfg.deployment(stage)))(cls)
         engine = engines.get(llm_of.get(stage, ""))
-        bound[stage] = deployment.bind(config, engine) if engine is not None else deployment.bind(config)
+        llm = {"llm": engine} if engine is not None else {}
+        bound[stage] = deployment.bind(**cls.tree_args(cfg), **llm)
     api, routes = make_ingress_app()
 
     class IngressDeployment(routes):  # type: ignore[valid-type,misc]

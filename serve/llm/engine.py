@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 from cluster.config import LLMEngineConfig, RagcConfig
@@ -33,11 +34,15 @@ def prepare_cpu_environment(cfg: LLMEngineConfig) -> None:
 
 
 class LLMEngine(FaultHooks):
-    def __init__(self, config: dict[str, Any], engine: str) -> None:
-        cfg = RagcConfig.model_validate(config)
-        ecfg = cfg.serve.llm.engines[engine]
+    @staticmethod
+    def tree_args(tree: RagcConfig, engine: str) -> dict[str, Any]:
+        """One engine's arguments out of the whole tree (the app builder binds them)."""
+        return {"ecfg": tree.serve.llm.engines[engine], "state_dir": tree.state_dir}
+
+    def __init__(self, ecfg: LLMEngineConfig, state_dir: Path) -> None:
+        """`state_dir`: where a packaged GGUF model is converted once into weights vLLM reads."""
         self.model_name = ecfg.served_name or ecfg.model
-        path = resolve_llm_path(ecfg.model, cfg.state_dir)
+        path = resolve_llm_path(ecfg.model, state_dir)
         prepare_cpu_environment(ecfg)
         from transformers import AutoTokenizer
         from vllm.engine.arg_utils import AsyncEngineArgs

@@ -107,17 +107,32 @@ def rerank_order(passages: list[Passage], scores: list[float], top_n: int, cfg: 
 class RerankStage(FaultHooks):
     """Serve deployment. Without a configured model every call is `skipped` and keeps the fusion order."""
 
-    def __init__(self, config: dict[str, Any], scorer: PairScorer | None = None) -> None:
-        cfg = RagcConfig.model_validate(config)
-        self._cfg = cfg.serve.rerank
-        self.inject_delay(cfg.serve.faults.delay_s.get("rerank", 0.0))
-        if scorer is None and self._cfg.model:
-            threads = replica_threads(self._cfg.num_threads, cfg.serve.deployment("rerank"))
-            scorer = CrossEncoderScorer(self._cfg, threads)
+    def __init__(
+        self,
+        cfg: RerankConfig,
+        scorer: PairScorer | None = None,
+        deployment: DeploymentConfig | None = None,
+        fault_delay_s: float = 0.0,
+    ) -> None:
+        """`deployment`: this stage's Serve options, which size the replica's torch threads."""
+        self._cfg = cfg
+        self.inject_delay(fault_delay_s)
+        if scorer is None and cfg.model:
+            threads = replica_threads(cfg.num_threads, deployment or DeploymentConfig())
+            scorer = CrossEncoderScorer(cfg, threads)
         self._scorer = scorer
         batcher: Any = self._score_batch
         batcher.set_max_batch_size(self._cfg.batch_max_size)
         batcher.set_batch_wait_timeout_s(self._cfg.batch_wait_timeout_s)
+
+    @staticmethod
+    def tree_args(tree: RagcConfig) -> dict[str, Any]:
+        """This stage's arguments out of the whole tree (the app builder binds them)."""
+        return {
+            "cfg": tree.serve.rerank,
+            "deployment": tree.serve.deployment("rerank"),
+            "fault_delay_s": tree.serve.faults.delay_s.get("rerank", 0.0),
+        }
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
     async def _score_batch(self, requests: list[Pairs]) -> list[list[float]]:

@@ -324,11 +324,16 @@ class HybridRetriever:
 class RetrieveStage(FaultHooks):
     """Serve deployment: one retriever (embedder + Milvus client) per replica."""
 
-    def __init__(self, config: dict[str, Any], retriever: HybridRetriever | None = None) -> None:
-        cfg = RagcConfig.model_validate(config)
-        self.inject_delay(cfg.serve.faults.delay_s.get("retrieve", 0.0))
+    def __init__(self, cfg: RagcConfig, retriever: HybridRetriever | None = None, fault_delay_s: float = 0.0) -> None:
+        """`cfg`: the tree, since retrieval reads several layers (store, embedding, caches, serve.retrieve)."""
+        self.inject_delay(fault_delay_s)
         self._retriever = retriever or HybridRetriever(cfg)
         self._retriever.warm_up()
+
+    @staticmethod
+    def tree_args(tree: RagcConfig) -> dict[str, Any]:
+        """This stage's arguments out of the whole tree (the app builder binds them)."""
+        return {"cfg": tree, "fault_delay_s": tree.serve.faults.delay_s.get("retrieve", 0.0)}
 
     async def retrieve(
         self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 from cachetools import TTLCache
 
-from cluster.config import RagcConfig
+from cluster.config import RagcConfig, RewriteConfig
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, as_generator
 from serve.llm.prompts import (
@@ -24,14 +24,18 @@ from serve.types import RewriteResult, StageStatusName, Usage
 
 
 class RewriteStage(FaultHooks):
-    def __init__(self, config: dict[str, Any], llm: Any = None) -> None:
-        cfg = RagcConfig.model_validate(config)
-        self._cfg = cfg.serve.rewrite
+    def __init__(self, cfg: RewriteConfig, llm: Any = None, fault_delay_s: float = 0.0) -> None:
+        self._cfg = cfg
         self._llm = as_generator(llm)
-        self.inject_delay(cfg.serve.faults.delay_s.get("rewrite", 0.0))
+        self.inject_delay(fault_delay_s)
         self._cache: TTLCache[str, RewriteResult] | None = (
             TTLCache(self._cfg.cache_entries, self._cfg.cache_ttl_s) if self._cfg.cache_entries else None
         )
+
+    @staticmethod
+    def tree_args(tree: RagcConfig) -> dict[str, Any]:
+        """This stage's arguments out of the whole tree (the app builder binds them)."""
+        return {"cfg": tree.serve.rewrite, "fault_delay_s": tree.serve.faults.delay_s.get("rewrite", 0.0)}
 
     async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
         await self._injected_delay()

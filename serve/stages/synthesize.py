@@ -16,7 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.config import RagcConfig, ResponseMode
+from cluster.config import EmbeddingConfig, LLMEngineConfig, RagcConfig, ResponseMode, SynthesizeConfig
 from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer, repetition
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
@@ -80,15 +80,35 @@ class SynthesizeStage(FaultHooks):
     """Streams the LLM's answer (text deltas), then yields the checked `Synthesis`; without an LLM it
     yields the extractive answer alone."""
 
-    def __init__(self, config: dict[str, Any], llm: Any = None, support: SupportScorer | None = None) -> None:
-        cfg = RagcConfig.model_validate(config)
-        self._cfg = cfg.serve.synthesize
-        self._max_model_len = cfg.serve.llm.engines[self._cfg.engine].max_model_len
-        self._embedding = cfg.embedding
+    def __init__(
+        self,
+        cfg: SynthesizeConfig,
+        llm: Any = None,
+        support: SupportScorer | None = None,
+        max_model_len: int | None = None,
+        embedding: EmbeddingConfig | None = None,
+        fault_delay_s: float = 0.0,
+    ) -> None:
+        """`max_model_len`: the engine's context (None: an engine's default); `embedding`: the model the answer
+        check measures support with, loaded only when `support` is not given."""
+        self._cfg = cfg
+        self._max_model_len = max_model_len or LLMEngineConfig().max_model_len
+        self._embedding = embedding or EmbeddingConfig()
         self._llm = as_generator(llm)
         self._support = support
         self._support_loading = threading.Lock()
-        self.inject_delay(cfg.serve.faults.delay_s.get("synthesize", 0.0))
+        self.inject_delay(fault_delay_s)
+
+    @staticmethod
+    def tree_args(tree: RagcConfig) -> dict[str, Any]:
+        """This stage's arguments out of the whole tree (the app builder binds them)."""
+        cfg = tree.serve.synthesize
+        return {
+            "cfg": cfg,
+            "max_model_len": tree.serve.llm.engines[cfg.engine].max_model_len,
+            "embedding": tree.embedding,
+            "fault_delay_s": tree.serve.faults.delay_s.get("synthesize", 0.0),
+        }
 
     def _support_scorer(self) -> SupportScorer:
         """The embedding model, loaded when the LLM is first reported ready (a stage without an LLM never

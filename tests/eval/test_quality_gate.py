@@ -107,7 +107,7 @@ def test_the_trained_reranker_loads_in_the_rerank_stage(reranker: dict[str, Any]
 
     assert (Path(reranker["model"]) / "ragc_training.json").exists() and reranker["training"]["steps"] > 0
     cfg = RagcConfig.model_validate({"serve": {"rerank": {"model": reranker["model"]}}})
-    stage = RerankStage(cfg.model_dump(mode="json"))
+    stage = RerankStage(**RerankStage.tree_args(cfg))
     assert stage._scorer is not None
     claim = "Aspirin lowers the risk of colorectal cancer."
     scores = stage._scorer.score([(claim, "Aspirin use and colorectal cancer risk: a cohort study."), (claim, "x")])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.config import RagcConfig
+from cluster.config import RagcConfig, RerankConfig
 from serve.stages.rerank import RerankStage
 from serve.stages.retrieve import HybridRetriever
 from tests.fakes import HashEmbedder
@@ -44,9 +44,9 @@ def test_a_retriever_without_its_model_is_unhealthy() -> None:
 
 
 def test_a_rerank_replica_without_its_configured_model_is_unhealthy() -> None:
-    off = RerankStage(RagcConfig().model_dump(mode="json"))  # no model configured: skipped, and healthy
+    off = RerankStage(RerankConfig())  # no model configured: skipped, and healthy
     off.check_health()
-    broken = RerankStage(RagcConfig().model_dump(mode="json"))
+    broken = RerankStage(RerankConfig())
     broken._cfg = broken._cfg.model_copy(update={"model": "some/cross-encoder"})
     with pytest.raises(RuntimeError, match="not loaded"):
         broken.check_health()

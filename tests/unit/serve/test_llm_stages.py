@@ -22,8 +22,18 @@ HISTORY = [
 ]
 
 
-def cfg_dict(**serve: object) -> dict:
-    return RagcConfig.model_validate({"serve": serve}).model_dump(mode="json")
+def tree(**serve: object) -> RagcConfig:
+    return RagcConfig.model_validate({"serve": serve})
+
+
+def rewrite_stage(llm: ScriptedGenerator | None) -> RewriteStage:
+    return RewriteStage(**RewriteStage.tree_args(tree()), llm=llm)
+
+
+def synthesize_stage(
+    cfg: RagcConfig, llm: ScriptedGenerator | None, support: EmbeddingSupport | None = None
+) -> SynthesizeStage:
+    return SynthesizeStage(**SynthesizeStage.tree_args(cfg), llm=llm, support=support)
 
 
 def passages(n: int = 3) -> list[Passage]:
@@ -37,7 +47,7 @@ def rewrite(stage: RewriteStage, query: str, history: list, rewrite: bool = True
 
 def test_rewrite_sees_history_and_strips_preamble() -> None:
     llm = ScriptedGenerator(['Rewritten query: "What does the Milvus sidecar store on disk?"\nextra line'])
-    out = rewrite(RewriteStage(cfg_dict(), llm), "and on disk?", HISTORY)
+    out = rewrite(rewrite_stage(llm), "and on disk?", HISTORY)
     assert out.status == "ok" and out.query == "What does the Milvus sidecar store on disk?"
     prompt = llm.calls[0][0][-1]["content"]
     assert "Milvus sidecar store?" in prompt and "and on disk?" in prompt
@@ -48,34 +58,34 @@ def test_rewrite_sees_history_and_strips_preamble() -> None:
     [("   ", "empty"), ("x " * 400, "too long"), ("Bananas grow in tropical climates", "shares no word")],
 )
 def test_bad_rewrite_falls_back_to_the_original(reply: str, reason: str) -> None:
-    out = rewrite(RewriteStage(cfg_dict(), ScriptedGenerator([reply])), "and on disk?", HISTORY)
+    out = rewrite(rewrite_stage(ScriptedGenerator([reply])), "and on disk?", HISTORY)
     assert out.status == "fallback" and out.query == "and on disk?" and reason in out.detail
 
 
 def test_rewrite_is_cached_per_question_and_turns() -> None:
     llm = ScriptedGenerator(["Milvus sidecar disk storage"])
-    stage = RewriteStage(cfg_dict(), llm)
+    stage = rewrite_stage(llm)
     first, second = rewrite(stage, "and on disk?", HISTORY), rewrite(stage, "and on disk?", HISTORY)
     assert (first.status, second.status) == ("ok", "cached") and second.query == first.query
     assert len(llm.calls) == 1
 
 
 def test_no_history_or_no_llm_is_skipped() -> None:
-    assert rewrite(RewriteStage(cfg_dict(), ScriptedGenerator([])), "what is milvus?", []).status == "skipped"
-    assert rewrite(RewriteStage(cfg_dict(), None), "and on disk?", HISTORY).status == "skipped"
+    assert rewrite(rewrite_stage(ScriptedGenerator([])), "what is milvus?", []).status == "skipped"
+    assert rewrite(rewrite_stage(None), "and on disk?", HISTORY).status == "skipped"
 
 
 def test_hyde_passage_or_fallback() -> None:
-    stage = RewriteStage(cfg_dict(), ScriptedGenerator(["Milvus stores vectors in segments on local disk."]))
+    stage = rewrite_stage(ScriptedGenerator(["Milvus stores vectors in segments on local disk."]))
     ok = rewrite(stage, "where are vectors kept?", [], rewrite=False, hyde=True)
     assert ok.status == "ok" and ok.hyde_passage and "segments" in ok.hyde_passage
-    empty = rewrite(RewriteStage(cfg_dict(), ScriptedGenerator(["..."])), "where?", [], rewrite=False, hyde=True)
+    empty = rewrite(rewrite_stage(ScriptedGenerator(["..."])), "where?", [], rewrite=False, hyde=True)
     assert empty.status == "fallback" and empty.hyde_passage is None
 
 
 def test_engine_error_propagates_for_the_pipeline_to_fall_back() -> None:
     with pytest.raises(RuntimeError):
-        rewrite(RewriteStage(cfg_dict(), ScriptedGenerator([RuntimeError("engine dead")])), "and?", HISTORY)
+        rewrite(rewrite_stage(ScriptedGenerator([RuntimeError("engine dead")])), "and?", HISTORY)
 
 
 def test_recent_history_keeps_newest_within_budget() -> None:
@@ -91,7 +101,7 @@ REPEATED = "1. How tenants are kept apart [1]\n2. How tenants are kept apart [1]
 
 def checked_stage(llm: ScriptedGenerator | None, **synthesize: object) -> SynthesizeStage:
     """Support from bag-of-words vectors: a claim copied from its passage scores near 1."""
-    return SynthesizeStage(cfg_dict(synthesize=synthesize), llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
+    return synthesize_stage(tree(synthesize=synthesize), llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
 
 
 def synthesize(stage: SynthesizeStage, ps: list[Passage]) -> list:
@@ -158,7 +168,7 @@ def test_every_attempt_costs_its_tokens_even_one_stopped_early() -> None:
 
 def test_rewrite_and_hyde_report_what_both_calls_cost() -> None:
     llm = ScriptedGenerator(["Milvus sidecar disk storage", "Milvus stores vectors in segments on local disk."])
-    out = rewrite(RewriteStage(cfg_dict(), llm), "and on disk?", HISTORY, hyde=True)
+    out = rewrite(rewrite_stage(llm), "and on disk?", HISTORY, hyde=True)
     assert out.status == "ok" and len(llm.calls) == 2
     prompts = sum(words(messages) for messages, _ in llm.calls)
     assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (prompts, 4 + 8)
@@ -195,13 +205,13 @@ def test_the_check_can_be_turned_off() -> None:
 
 def test_synthesis_refuses_zero_passages_and_empty_answers() -> None:
     with pytest.raises(ValueError, match="abstention"):
-        synthesize(SynthesizeStage(cfg_dict(), ScriptedGenerator(["x"])), [])
+        synthesize(synthesize_stage(tree(), ScriptedGenerator(["x"])), [])
     with pytest.raises(EmptyAnswerError):
         synthesize(checked_stage(ScriptedGenerator(["  "])), passages(1))
 
 
 def test_without_llm_the_answer_is_extractive() -> None:
-    items = synthesize(SynthesizeStage(cfg_dict(), None), passages(2))
+    items = synthesize(synthesize_stage(tree(), None), passages(2))
     assert len(items) == 1 and items[0].mode == "extractive" and items[0].cited
 
 
@@ -291,10 +301,10 @@ def test_passages_are_packed_into_the_context_and_the_cut_ones_reported() -> Non
     """ScriptedGenerator counts one token per word: each passage block is 8 words, the strict prompt ~70."""
     many = passages(9)
     llm = ScriptedGenerator([SUPPORTED])
-    stage = SynthesizeStage(
+    stage = synthesize_stage(
         RagcConfig.model_validate(
             {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 130}}}}}
-        ).model_dump(mode="json"),
+        ),
         llm,
         support=EmbeddingSupport(HashEmbedder(dim=512)),
     )
@@ -333,10 +343,10 @@ def test_a_repeating_answer_is_stopped_as_soon_as_it_repeats() -> None:
 
 
 def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> None:
-    stage = SynthesizeStage(
+    stage = synthesize_stage(
         RagcConfig.model_validate(
             {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 40}}}}}
-        ).model_dump(mode="json"),
+        ),
         ScriptedGenerator([SUPPORTED]),
         support=EmbeddingSupport(HashEmbedder(dim=512)),
     )
@@ -365,7 +375,7 @@ def test_a_follow_up_is_answered_with_the_conversation_and_the_searched_query() 
 def test_the_conversation_counts_against_the_context_budget() -> None:
     def sent(history_turns: int) -> int:
         llm = ScriptedGenerator([SUPPORTED])
-        stage = SynthesizeStage(
+        stage = synthesize_stage(
             RagcConfig.model_validate(
                 {
                     "serve": {
@@ -373,7 +383,7 @@ def test_the_conversation_counts_against_the_context_budget() -> None:
                         "llm": {"engines": {"default": {"max_model_len": 200}}},
                     }
                 }
-            ).model_dump(mode="json"),
+            ),
             llm,
             support=EmbeddingSupport(HashEmbedder(dim=512)),
         )

@@ -29,7 +29,7 @@ def reply(i: int) -> str:
 
 def stage(llm: ScriptedGenerator, **synthesize: object) -> SynthesizeStage:
     cfg = RagcConfig.model_validate({"serve": {"synthesize": synthesize}})
-    return SynthesizeStage(cfg.model_dump(mode="json"), llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
+    return SynthesizeStage(**SynthesizeStage.tree_args(cfg), llm=llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
 
 
 def one_passage_budget(reserve: int = 0) -> int:
