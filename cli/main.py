@@ -85,7 +85,8 @@ def cmd_status(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 def _sync_human(s: dict[str, Any]) -> str:
     lines = [
-        f"tenant {s['tenant']}: added {s['added']}, changed {s['changed']}, unchanged {s['unchanged']}, "
+        f"tenant {s['tenant']}, source {s['source']}: added {s['added']}, changed {s['changed']}, "
+        f"unchanged {s['unchanged']}, "
         f"deleted {s['deleted']}, failed {s['failed']}",
         f"chunks embedded {s['chunks_embedded']}, upserted {s['chunks_upserted']}, total {s['chunks_total']} "
         f"({s['chunks_per_s']} chunks/s, {s['seconds']}s); index version {s['index_version']}",
@@ -99,7 +100,7 @@ def _sync_human(s: dict[str, Any]) -> str:
 def cmd_ingest(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from ingest_jobs.sync import run_sync
 
-    report = run_sync(cfg, Path(args.path), args.tenant, prune=args.prune)
+    report = run_sync(cfg, Path(args.path), args.tenant, prune=args.prune, source_name=args.source)
     summary = report.summary()
     emit(summary, args.json, _sync_human)
     return EXIT_PARTIAL if report.failed else EXIT_OK
@@ -235,7 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", parents=[common], help="incremental sync of a folder for one tenant")
     ingest.add_argument("path")
     ingest.add_argument("--tenant", required=True)
-    ingest.add_argument("--prune", action="store_true", help="delete documents that are gone from the source")
+    ingest.add_argument(
+        "--prune", action="store_true", help="delete this source's documents that are gone from it (never another's)"
+    )
+    ingest.add_argument(
+        "--source",
+        metavar="NAME",
+        help="which of the tenant's sources this is (default: the one recorded for this path, else a new one "
+        "named after the folder); name it to keep a moved folder's documents",
+    )
     ingest.set_defaults(func=cmd_ingest)
 
     reindex = sub.add_parser("reindex", parents=[common], help="rebuild into a new collection, then swap the alias")
@@ -244,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs=2,
         action="append",
         metavar=("TENANT", "PATH"),
-        help="sources to rebuild (default: every tenant's recorded source)",
+        help="sources to rebuild (default: every recorded source of every tenant)",
     )
     reindex.add_argument(
         "--rollback",

@@ -1,11 +1,11 @@
-"""`ragc reindex`: rebuild every tenant's recorded source into a new collection, then swap the alias.
+"""`ragc reindex`: rebuild every recorded source of every tenant into a new collection, then swap the alias.
 
 Serving reads through the alias, so queries keep hitting the old collection until the swap."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,17 @@ from cluster.store.collections import ActiveCollection, Collections, generation_
 from cluster.store.schema import CollectionIdentity
 from ingest_jobs.documents import check_tenant
 from ingest_jobs.lease import held
-from ingest_jobs.sync import SyncReport, source_key, sync_into, tenant_lease
+from ingest_jobs.sources import NamedSource, TenantSources, legacy_source_key, sources_key
+from ingest_jobs.sync import SyncReport, sync_into, tenant_lease
 
 
 @dataclass(frozen=True)
 class TenantSource:
+    """`name`: which of the tenant's sources (None: the one recorded for this path, else a new one)."""
+
     tenant: str
     path: Path
+    name: str | None = None
 
 
 @dataclass
@@ -42,14 +46,34 @@ class ReindexReport:
             "seconds": round(self.seconds, 3),
             "chunks_total": sum(t.chunks_total for t in self.tenants),
             "failed": sum(t.failed for t in self.tenants),
-            "tenants": {t.tenant: t.summary() for t in self.tenants},
+            "sources": [t.summary() for t in self.tenants],
         }
 
 
 def recorded_sources(collections: Collections) -> list[TenantSource]:
-    prefix = source_key(collections.alias, "")
-    records = collections.catalog.get_many(prefix)
-    return [TenantSource(key[len(prefix) :], Path(value["path"])) for key, value in sorted(records.items())]
+    """Every source of every tenant (records from before named sources count as each tenant's first)."""
+    tenants: set[str] = set()
+    for key in (sources_key, legacy_source_key):
+        prefix = key(collections.alias, "")
+        tenants |= {k[len(prefix) :] for k in collections.catalog.get_many(prefix)}
+    return [
+        TenantSource(tenant, Path(s.path), s.name)
+        for tenant in sorted(tenants)
+        for s in TenantSources(collections.catalog, collections.alias, tenant).sources
+    ]
+
+
+def named_sources(collections: Collections, sources: list[TenantSource]) -> list[tuple[TenantSources, NamedSource]]:
+    """Each source to rebuild, named and prefixed as its tenant records it (a new one as `ragc ingest` would),
+    beside its tenant's sources (which the rebuild records once the alias has moved)."""
+    known: dict[str, TenantSources] = {}
+    chosen: list[tuple[TenantSources, NamedSource]] = []
+    for src in sources:
+        tenant = known.setdefault(src.tenant, TenantSources(collections.catalog, collections.alias, src.tenant))
+        named = replace(tenant.choose(src.path, src.name), prune=True)
+        tenant.add(named)  # a second new source of the same tenant then gets a prefix
+        chosen.append((tenant, named))
+    return chosen
 
 
 def same_vectors(old: CollectionIdentity | None, new: CollectionIdentity) -> bool:
@@ -85,17 +109,19 @@ def _rebuild(cfg: RagcConfig, collections: Collections, sources: list[TenantSour
     reuse = tuple(n for n in existing if same_vectors(collections.identity_of(n), target.identity))
     for name in reuse:
         collections.load(name)
+    chosen = named_sources(collections, sources)
     try:
-        reports = [sync_into(cfg, client, target, src.path, src.tenant, True, reuse) for src in sources]
+        reports = [
+            sync_into(cfg, client, target, named, tenant.others(named), tenant.tenant, True, reuse)
+            for tenant, named in chosen
+        ]
     except BaseException:
         collections.drop_physical(physical)  # a failed rebuild leaves nothing behind; the alias never moved
         raise
     previous = collections.swap_alias(physical)
     version = collections.bump_index_version()
-    for src in sources:
-        collections.catalog.put(
-            source_key(collections.alias, src.tenant), {"path": str(src.path.resolve()), "prune": True}
-        )
+    for tenant in dict.fromkeys(t for t, _ in chosen):
+        tenant.save()
     older = [n for n in collections.generations() if n != physical]
     doomed = older[: max(0, len(older) - cfg.milvus.keep_old_collections)]
     for name in doomed:

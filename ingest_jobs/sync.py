@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from ingest_jobs.ledger import Ledger, LedgerEntry
 from ingest_jobs.loaders import scan
 from ingest_jobs.pipeline import PipelineOutcome, embed_and_write
 from ingest_jobs.plan import classify
+from ingest_jobs.sources import NamedSource, TenantSources, owned_entries, scoped_documents
 
 COMMIT_BATCH = 200
 
@@ -28,6 +29,7 @@ COMMIT_BATCH = 200
 class SyncReport:
     tenant: str
     collection: str
+    source: str = ""
     added: int = 0
     changed: int = 0
     unchanged: int = 0
@@ -50,6 +52,7 @@ class SyncReport:
         rate = self.chunks_upserted / self.seconds if self.seconds else 0.0
         return {
             "tenant": self.tenant,
+            "source": self.source,
             "collection": self.collection,
             "added": self.added,
             "changed": self.changed,
@@ -67,10 +70,6 @@ class SyncReport:
         }
 
 
-def source_key(alias: str, tenant: str) -> str:
-    return f"source:{alias}:{tenant}"
-
-
 def tenant_lease(cfg: RagcConfig, collections: Collections, tenant: str) -> TenantLease:
     key = lease_key(collections.alias, tenant)
     return TenantLease(collections.catalog, key, cfg.ingest.lease_ttl_s, cfg.ingest.lease_wait_s)
@@ -82,21 +81,31 @@ def count_chunks(client: MilvusClient, collection: str, tenant: str) -> int:
 
 
 def run_sync(
-    cfg: RagcConfig, source: Path, tenant: str, prune: bool = False, reuse_from: tuple[str, ...] = ()
+    cfg: RagcConfig,
+    source: Path,
+    tenant: str,
+    prune: bool = False,
+    reuse_from: tuple[str, ...] = (),
+    source_name: str | None = None,
 ) -> SyncReport:
-    """`reuse_from`: other collections of the same embedding model whose vectors may be reused by chunk id."""
+    """`source_name`: which of the tenant's sources this folder is (default: the one recorded for this path,
+    else a new one named after the folder); `reuse_from`: other collections of the same embedding model
+    whose vectors may be reused by chunk id."""
     started = time.perf_counter()
     check_tenant(tenant)
     client = connect(cfg)
     collections = Collections(client, cfg)
     with held([tenant_lease(cfg, collections, tenant)], cfg.ingest.lease_ttl_s):
         active = collections.ensure()
-        report = sync_into(cfg, client, active, source, tenant, prune, reuse_from)
+        sources = TenantSources(collections.catalog, active.alias, tenant)
+        named = replace(sources.choose(source, source_name), prune=prune)
+        report = sync_into(cfg, client, active, named, sources.others(named), tenant, prune, reuse_from)
         if report.changed_anything:
             report.index_version = collections.bump_index_version()
         else:
             report.index_version = collections.index_version()
-        collections.catalog.put(source_key(active.alias, tenant), {"path": str(source.resolve()), "prune": prune})
+        sources.add(named)
+        sources.save()
     report.seconds = time.perf_counter() - started
     return report
 
@@ -105,18 +114,22 @@ def sync_into(
     cfg: RagcConfig,
     client: MilvusClient,
     active: ActiveCollection,
-    source: Path,
+    source: NamedSource,
+    others: list[NamedSource],
     tenant: str,
     prune: bool,
     reuse_from: tuple[str, ...] = (),
 ) -> SyncReport:
-    """One sync into a given physical collection (also used by reindex, before the alias swap, with the
-    collections whose vectors it may reuse)."""
+    """One source of a tenant into a given physical collection (also used by reindex, before the alias swap,
+    with the collections whose vectors it may reuse). Only the documents this source owns are compared, and
+    pruned: the tenant's `others` sources keep theirs."""
     ledger = Ledger(client, ledger_name(active.physical))
-    found = scan(source, cfg.ingest.max_file_bytes)
-    plan = classify(found.documents, ledger.entries(tenant), prune, {f.doc_id for f in found.failures})
-    report = SyncReport(tenant=tenant, collection=active.physical, unchanged=len(plan.unchanged))
-    report.failures = list(found.failures)
+    found = scan(Path(source.path), cfg.ingest.max_file_bytes)
+    documents, failures = scoped_documents(found.documents, found.failures, source, others)
+    owned = owned_entries(ledger.entries(tenant), source, others)
+    plan = classify(documents, owned, prune, {f.doc_id for f in failures})
+    report = SyncReport(tenant=tenant, collection=active.physical, source=source.name, unchanged=len(plan.unchanged))
+    report.failures = failures
     report.missing, report.skipped_files = len(plan.missing), len(found.skipped)
 
     outcome = (

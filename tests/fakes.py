@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+from typing import Any
 
 from cluster.embedding_cache import EmbeddingCache
 from serve.llm.generation import Generated, Piece
@@ -30,6 +31,23 @@ class HashEmbedder:
             norm = math.sqrt(sum(v * v for v in vec)) or 1.0
             out.append([v / norm for v in vec])
         return out
+
+
+class DictStore:
+    """The catalog's key-value protocol (`ingest_jobs.lease.KeyValueStore`) over a dict."""
+
+    def __init__(self, data: dict[str, Any] | None = None) -> None:
+        self.data = data if data is not None else {}
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def delete(self, keys: list[str]) -> None:
+        for key in keys:
+            self.data.pop(key, None)
 
 
 class DictEmbeddingCache(EmbeddingCache):

@@ -207,6 +207,58 @@ def test_reindex_swaps_alias_and_keeps_counts(cfg: RagcConfig, tmp_path: Path) -
     ]
 
 
+def two_folders(root: Path) -> tuple[Path, Path]:
+    """A handbook (the corpus plus a README) and a wiki with a README of its own: one name, two documents."""
+    handbook = make_corpus(root / "handbook")
+    (handbook / "README.md").write_text("# Handbook\n\nThe handbook explains how tenants are kept apart.\n")
+    wiki = root / "wiki"
+    wiki.mkdir()
+    (wiki / "README.md").write_text("# Wiki\n\nThe wiki collects answers about the reindex job.\n")
+    (wiki / "faq.md").write_text("# FAQ\n\nA reindex builds a new collection and swaps the alias.\n")
+    return handbook, wiki
+
+
+def test_a_tenant_fed_from_two_folders_keeps_both_and_reindex_rebuilds_both(cfg: RagcConfig, tmp_path: Path) -> None:
+    handbook, wiki = two_folders(tmp_path)
+    first = run_sync(cfg, handbook, "acme", prune=True)
+    second = run_sync(cfg, wiki, "acme", prune=True)
+    assert (first.source, first.added, second.source, second.added) == ("handbook", 5, "wiki", 2)
+    assert second.deleted == 0, "pruning the wiki never touches the handbook"
+    docs = {r["doc_id"] for r in rows_of(cfg, "acme")}
+    assert docs == {*DOCS, "README.md", "wiki::README.md", "wiki::faq.md"}
+
+    (wiki / "faq.md").unlink()
+    pruned = run_sync(cfg, wiki, "acme", prune=True)
+    assert (pruned.deleted, pruned.unchanged) == (1, 1)
+    again = run_sync(cfg, handbook, "acme", prune=True)
+    assert (again.unchanged, again.deleted, again.chunks_embedded) == (5, 0, 0)
+    kept = sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "acme"))
+    assert {d for d, _ in kept} == {*DOCS, "README.md", "wiki::README.md"}
+
+    rebuilt = run_reindex(cfg)
+    assert sorted((s["source"], s["added"]) for s in rebuilt.summary()["sources"]) == [("handbook", 5), ("wiki", 1)]
+    assert sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "acme")) == kept, "both rebuilt, nothing else"
+
+
+def test_a_collection_with_the_old_single_source_record_keeps_its_documents(cfg: RagcConfig, tmp_path: Path) -> None:
+    from ingest_jobs.sources import legacy_source_key, sources_key
+
+    handbook, wiki = two_folders(tmp_path)
+    run_sync(cfg, handbook, "acme")
+    collections = Collections(connect(cfg), cfg)
+    # what a version before named sources recorded: one path per tenant
+    collections.catalog.delete([sources_key(collections.alias, "acme")])
+    collections.catalog.put(legacy_source_key(collections.alias, "acme"), {"path": str(handbook), "prune": False})
+
+    same = run_sync(cfg, handbook, "acme", prune=True)
+    assert (same.source, same.unchanged, same.added, same.deleted) == ("default", 5, 0, 0)
+    added = run_sync(cfg, wiki, "acme", prune=True)
+    assert (added.source, added.added, added.deleted) == ("wiki", 2, 0)
+    assert collections.catalog.get(legacy_source_key(collections.alias, "acme")) is None
+    recorded = collections.catalog.get(sources_key(collections.alias, "acme"))["sources"]
+    assert [(s["name"], s["prefix"]) for s in recorded] == [("default", ""), ("wiki", "wiki::")]
+
+
 def test_cli_reports_bad_files_and_exits_nonzero(cfg: RagcConfig, tmp_path: Path) -> None:
     import os
 

@@ -172,11 +172,27 @@ def test_secrets_are_only_referenced() -> None:
         ({**BASE, "image": {"tag": "latest"}}, "tag"),
         ({**BASE, "serve": {"deployments": {"rerank": {"autoscaling_config": {"min_replicas": -2}}}}}, "min_replicas"),
         ({**BASE, "sync": {"enabled": True, "tenants": [{"tenant": "a", "source": "/x; rm -rf /"}]}}, "source"),
+        ({**BASE, "sync": {"enabled": True, "tenants": [{"tenant": "a", "source": "/x", "name": "a b"}]}}, "name"),
     ],
 )
 def test_bad_values_are_refused_with_a_clear_message(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
         render(values)
+
+
+def test_a_tenant_synced_from_two_named_sources_passes_each_name() -> None:
+    sources = [
+        {"tenant": "acme", "source": "/data/handbook", "name": "handbook"},
+        {"tenant": "acme", "source": "s3://bucket/wiki", "name": "wiki"},
+        {"tenant": "beta", "source": "/data/beta"},
+    ]
+    docs = render({**BASE, "sync": {"enabled": True, "prune": True, "tenants": sources}})
+    cron = next(d for d in docs if d["kind"] == "RayCronJob")
+    assert cron["spec"]["jobTemplate"]["entrypoint"].split(" && ") == [
+        "ragc ingest /data/handbook --tenant acme --source handbook --json --prune",
+        "ragc ingest s3://bucket/wiki --tenant acme --source wiki --json --prune",
+        "ragc ingest /data/beta --tenant beta --json --prune",
+    ]
 
 
 def test_the_deadline_follows_the_config_tree_and_a_release_override() -> None:

@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from ingest_jobs.lease import TenantBusyError, TenantLease, held, lease_key
+from tests.fakes import DictStore
 
 KEY = lease_key("ragc_chunks", "acme")
 
@@ -20,21 +21,6 @@ class Clock:
 
 def lease(store: dict[str, Any], clock: Clock, ttl_s: float = 60.0, wait_s: float = 0.0) -> TenantLease:
     return TenantLease(DictStore(store), KEY, ttl_s, wait_s, clock=clock, sleep=clock.sleep)
-
-
-class DictStore:
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key)
-
-    def put(self, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    def delete(self, keys: list[str]) -> None:
-        for key in keys:
-            self.data.pop(key, None)
 
 
 def test_a_second_run_is_refused_with_who_holds_the_tenant_then_gets_it_after_release() -> None:
