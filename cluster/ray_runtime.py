@@ -23,7 +23,10 @@ def ensure_ray(cfg: RagcConfig) -> None:
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING)
+        # a running cluster's workers have their own environment: this job's get the configured variables
+        forwarded = {name: os.environ[name] for name in cfg.ray.forward_env if name in os.environ}
+        runtime_env = {"env_vars": forwarded} if forwarded else None
+        ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
         return
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:

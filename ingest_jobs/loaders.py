@@ -1,15 +1,18 @@
-"""Find documents in a source folder (cheap: read + hash) and parse them to text (in Ray tasks)."""
+"""Find documents in a source (cheap: a local folder is read + hashed, an object store only listed) and parse
+them to text (in Ray tasks)."""
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ingest_jobs.documents import Failure, ParsedDocument, SourceDocument, sha
+from ingest_jobs.locations import filesystem, read_bytes, remote_scheme
 from ingest_jobs.metadata import (
     SIDECAR_SUFFIX,
     DocumentMetadata,
@@ -36,11 +39,16 @@ class ScanResult:
     documents: list[SourceDocument] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    listed: int = 0  # files or objects found
+    read: int = 0  # bodies read to find them (every local file; only corpus files of an object store)
 
 
-def scan(root: Path, max_file_bytes: int) -> ScanResult:
-    """Every supported document under `root` (a folder, or a single file), with its content hash."""
-    root = root.resolve()
+def scan(location: str | Path, max_file_bytes: int) -> ScanResult:
+    """Every supported document under `location` (a folder, a single file, or an object-store URL), with
+    its content hash (for objects: of their ETag, size and sidecar, so an unchanged object is never read)."""
+    if remote_scheme(str(location)):
+        return scan_objects(str(location), max_file_bytes)
+    root = Path(location).resolve()
     if not root.exists():
         raise FileNotFoundError(f"source {root} does not exist")
     result = ScanResult()
@@ -53,15 +61,99 @@ def scan(root: Path, max_file_bytes: int) -> ScanResult:
             continue
         if rel.endswith(SIDECAR_SUFFIX) and path.with_name(path.name[: -len(SIDECAR_SUFFIX)]).is_file():
             continue  # read with the document it describes
+        result.listed += 1
         suffix = path.suffix.lower()
         if suffix == CORPUS_SUFFIX:
+            result.read += 1
             for item in _scan_corpus(path, rel, max_file_bytes):
                 _add(result, seen, item)
         elif suffix in TEXT_TYPES or suffix in BINARY_TYPES:
+            result.read += 1
             _add(result, seen, _scan_file(path, rel, max_file_bytes))
         else:
             result.skipped.append(rel)
     return result
+
+
+def scan_objects(url: str, max_file_bytes: int) -> ScanResult:
+    """An object-store prefix, from its listing alone: change detection needs each object's ETag (else its
+    size and modification time), so bodies are read later, and only for new or changed documents. A corpus
+    file (`.jsonl`) is read here, since its documents are its lines."""
+    fs, root = filesystem(url)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"source {url} does not exist (or these credentials cannot list it)")
+    listing = {path: info for path, info in fs.find(root, detail=True).items() if info.get("type", "file") == "file"}
+    if root in listing:  # the URL names one object
+        objects = {root.rsplit("/", 1)[-1]: (root, listing[root])}
+    else:
+        objects = {path[len(root) :].strip("/"): (path, info) for path, info in listing.items()}
+    result = ScanResult()
+    seen: set[str] = set()
+    for rel, (path, info) in sorted(objects.items()):
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue
+        if rel.endswith(SIDECAR_SUFFIX) and rel[: -len(SIDECAR_SUFFIX)] in objects:
+            continue  # read with the document it describes
+        result.listed += 1
+        suffix = Path(rel).suffix.lower()
+        if suffix == CORPUS_SUFFIX:
+            result.read += 1
+            with fs.open(path, "rb") as handle:
+                for item in _corpus_records(handle, rel, max_file_bytes):
+                    _add(result, seen, item)
+        elif suffix in TEXT_TYPES or suffix in BINARY_TYPES:
+            sidecar = objects.get(rel + SIDECAR_SUFFIX)
+            sidecar_url = fs.unstrip_protocol(sidecar[0]) if sidecar else ""
+            listed = _listed_object(fs.unstrip_protocol(path), rel, info, sidecar, sidecar_url, max_file_bytes)
+            _add(result, seen, listed)
+        else:
+            result.skipped.append(rel)
+    return result
+
+
+def _listed_object(
+    url: str,
+    rel: str,
+    info: dict[str, Any],
+    sidecar: tuple[str, dict[str, Any]] | None,
+    sidecar_url: str,
+    max_file_bytes: int,
+) -> SourceDocument | Failure:
+    size = int(info.get("size") or 0)
+    if size > max_file_bytes:
+        return Failure(rel, f"file too large ({size} bytes > {max_file_bytes})")
+    if size == 0:
+        return Failure(rel, "empty file")
+    stem = Path(rel).stem
+    return SourceDocument(
+        doc_id=rel,
+        source=rel,
+        doc_type=TEXT_TYPES.get(Path(rel).suffix.lower()) or BINARY_TYPES[Path(rel).suffix.lower()],
+        content_hash=sha(json.dumps([object_version(info), object_version(sidecar[1]) if sidecar else None])),
+        title=stem.replace("_", " ").replace("-", " "),
+        updated_at=_modified(info),
+        path=url,
+        extra={"sidecar_url": sidecar_url} if sidecar_url else {},
+    )
+
+
+def object_version(info: dict[str, Any]) -> list[Any]:
+    """What changes when an object's content does: its ETag where the store has one, else size and mtime."""
+    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+    if etag:
+        return [str(etag).strip('"')]
+    modified = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("created")
+    return [info.get("size"), str(modified)]  # at the store's own resolution, not whole seconds
+
+
+def _modified(info: dict[str, Any]) -> int:
+    value: Any = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("created")
+    if isinstance(value, datetime):
+        return int(value.timestamp())
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _add(result: ScanResult, seen: set[str], item: SourceDocument | Failure) -> None:
@@ -117,29 +209,33 @@ def file_hash(data: bytes, sidecar: dict[str, Any]) -> str:
 
 
 def _scan_corpus(path: Path, rel: str, max_file_bytes: int) -> Iterator[SourceDocument | Failure]:
-    """BEIR corpus lines: `{"_id", "title", "text", "metadata"?}`."""
     try:
         handle = path.open("rb")
     except OSError as exc:
         yield Failure(rel, f"unreadable: {exc.strerror or exc}")
         return
     with handle:
-        for lineno, raw in enumerate(handle, start=1):
-            where = f"{rel}:{lineno}"
-            if not raw.strip():
-                continue
-            if len(raw) > max_file_bytes:
-                yield Failure(where, "record too large")
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                yield Failure(where, f"not valid UTF-8 (byte {exc.start})")
-                continue
-            except json.JSONDecodeError as exc:
-                yield Failure(where, f"invalid JSON: {exc.msg}")
-                continue
-            yield _corpus_record(record, rel, where)
+        yield from _corpus_records(handle, rel, max_file_bytes)
+
+
+def _corpus_records(lines: Iterable[bytes], rel: str, max_file_bytes: int) -> Iterator[SourceDocument | Failure]:
+    """BEIR corpus lines: `{"_id", "title", "text", "metadata"?}`."""
+    for lineno, raw in enumerate(lines, start=1):
+        where = f"{rel}:{lineno}"
+        if not raw.strip():
+            continue
+        if len(raw) > max_file_bytes:
+            yield Failure(where, "record too large")
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            yield Failure(where, f"not valid UTF-8 (byte {exc.start})")
+            continue
+        except json.JSONDecodeError as exc:
+            yield Failure(where, f"invalid JSON: {exc.msg}")
+            continue
+        yield _corpus_record(record, rel, where)
 
 
 def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failure:
@@ -177,21 +273,34 @@ def parse(doc: SourceDocument) -> ParsedDocument:
     if doc.text is not None:
         return ParsedDocument(doc.title, doc.text, doc.year)
     try:
-        data = Path(doc.path).read_bytes()
+        data = read_bytes(doc.path)
+        sidecar = _remote_sidecar(doc) if remote_scheme(doc.path) else doc.extra.get("sidecar", {})
     except OSError as exc:
         raise ParseError(f"unreadable: {exc.strerror or exc}") from exc
-    sidecar = doc.extra.get("sidecar", {})
-    if doc.content_hash != file_hash(data, sidecar):
+    if not remote_scheme(doc.path) and doc.content_hash != file_hash(data, sidecar):
         raise ParseError("changed while the job ran; run again")
     try:
         text, inside = _PARSERS[doc.doc_type](data)
         meta = merged(validate(inside, doc.doc_id), DocumentMetadata.model_validate(sidecar))
     except MetadataError as exc:
         raise ParseError(str(exc)) from exc
+    except UnicodeDecodeError as exc:  # checked while scanning a folder; an object's body is first read here
+        raise ParseError(f"not valid UTF-8 (byte {exc.start})") from exc
     if not text.strip():
         raise ParseError("no text content")
     year = meta.effective_year
     return ParsedDocument(meta.title or doc.title, text, doc.year if year is None else year)
+
+
+def _remote_sidecar(doc: SourceDocument) -> dict[str, Any]:
+    url = doc.extra.get("sidecar_url")
+    if not url:
+        return {}
+    try:
+        declared = read_sidecar(read_bytes(url), url.rsplit("/", 1)[-1])
+    except MetadataError as exc:
+        raise ParseError(str(exc)) from exc
+    return declared.model_dump(mode="json", exclude_defaults=True)
 
 
 Extracted = tuple[str, dict[str, Any]]  # text, metadata fields the document declares

@@ -15,6 +15,7 @@ from cluster.store.collections import ActiveCollection, Collections, generation_
 from cluster.store.schema import CollectionIdentity
 from ingest_jobs.documents import check_tenant
 from ingest_jobs.lease import held
+from ingest_jobs.locations import exists
 from ingest_jobs.sources import NamedSource, TenantSources, legacy_source_key, sources_key
 from ingest_jobs.sync import SyncReport, sync_into, tenant_lease
 
@@ -24,7 +25,7 @@ class TenantSource:
     """`name`: which of the tenant's sources (None: the one recorded for this path, else a new one)."""
 
     tenant: str
-    path: Path
+    path: str | Path  # a folder, a file or an object-store URL
     name: str | None = None
 
 
@@ -57,7 +58,7 @@ def recorded_sources(collections: Collections) -> list[TenantSource]:
         prefix = key(collections.alias, "")
         tenants |= {k[len(prefix) :] for k in collections.catalog.get_many(prefix)}
     return [
-        TenantSource(tenant, Path(s.path), s.name)
+        TenantSource(tenant, s.path, s.name)
         for tenant in sorted(tenants)
         for s in TenantSources(collections.catalog, collections.alias, tenant).sources
     ]
@@ -91,7 +92,7 @@ def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> R
         raise ValueError("nothing to reindex: no tenant has been ingested yet and no --tenant T PATH was given")
     for src in sources:
         check_tenant(src.tenant)
-        if not src.path.exists():
+        if not exists(str(src.path)):
             raise FileNotFoundError(f"source of tenant {src.tenant!r} is gone: {src.path}")
     leases = [tenant_lease(cfg, collections, tenant) for tenant in sorted({src.tenant for src in sources})]
     with held(leases, cfg.ingest.lease_ttl_s):  # an ingest into the old generation now would be lost at the swap

@@ -17,6 +17,7 @@ from pathlib import Path
 from ingest_jobs.documents import Failure, SourceDocument
 from ingest_jobs.lease import KeyValueStore
 from ingest_jobs.ledger import LedgerEntry
+from ingest_jobs.locations import base_name, normalized
 
 SEPARATOR = "::"
 LEGACY_NAME = "default"
@@ -47,7 +48,7 @@ def legacy_source_key(alias: str, tenant: str) -> str:
 @dataclass(frozen=True)
 class NamedSource:
     name: str
-    path: str
+    path: str  # an absolute local path or an object-store URL (`locations.normalized`)
     prune: bool = False
     prefix: str = ""  # "" for the tenant's first source, "<name>::" for every later one
 
@@ -63,9 +64,9 @@ class NamedSource:
         return next((o for o in others if o.prefix and doc_id.startswith(o.prefix)), None)
 
 
-def fallback_name(path: Path) -> str:
-    """A source named after its folder (or file), made a valid name."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", path.name).strip("-._") or "source"
+def fallback_name(location: str) -> str:
+    """A source named after its folder, file or bucket prefix, made a valid name."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", base_name(location)).strip("-._") or "source"
     return cleaned[:64]
 
 
@@ -88,10 +89,10 @@ class TenantSources:
             return [NamedSource(LEGACY_NAME, str(legacy["path"]), bool(legacy.get("prune", False)))]
         return []
 
-    def choose(self, path: Path, name: str | None = None) -> NamedSource:
-        """The source `name`, else the one recorded for this path, else a new one named after the folder.
-        A named source that moved keeps its name, prefix and documents, at its new path."""
-        resolved = str(path.resolve())
+    def choose(self, location: str | Path, name: str | None = None) -> NamedSource:
+        """The source `name`, else the one recorded for this location, else a new one named after the folder.
+        A named source that moved keeps its name, prefix and documents, at its new location."""
+        resolved = normalized(location)
         if name is not None:
             check_source_name(name)
             known = next((s for s in self.sources if s.name == name), None)
@@ -99,7 +100,7 @@ class TenantSources:
         known = next((s for s in self.sources if s.path == resolved), None)
         if known:
             return known
-        base = fallback_name(Path(resolved))
+        base = fallback_name(resolved)
         taken = {s.name for s in self.sources}
         candidate, n = base, 1
         while candidate in taken:

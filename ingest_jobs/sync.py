@@ -18,6 +18,7 @@ from ingest_jobs.documents import Failure, check_tenant
 from ingest_jobs.lease import TenantLease, held, lease_key
 from ingest_jobs.ledger import Ledger, LedgerEntry
 from ingest_jobs.loaders import scan
+from ingest_jobs.locations import remote_scheme
 from ingest_jobs.pipeline import PipelineOutcome, embed_and_write
 from ingest_jobs.plan import classify
 from ingest_jobs.sources import NamedSource, TenantSources, owned_entries, scoped_documents
@@ -40,6 +41,8 @@ class SyncReport:
     chunks_total: int = 0
     missing: int = 0
     skipped_files: int = 0
+    listed: int = 0
+    read: int = 0
     seconds: float = 0.0
     index_version: int = 0
     failures: list[Failure] = field(default_factory=list)
@@ -60,6 +63,8 @@ class SyncReport:
             "deleted": self.deleted,
             "failed": self.failed,
             "missing": self.missing,
+            "listed": self.listed,
+            "read": self.read,
             "chunks_embedded": self.chunks_embedded,
             "chunks_upserted": self.chunks_upserted,
             "chunks_total": self.chunks_total,
@@ -82,14 +87,15 @@ def count_chunks(client: MilvusClient, collection: str, tenant: str) -> int:
 
 def run_sync(
     cfg: RagcConfig,
-    source: Path,
+    source: str | Path,
     tenant: str,
     prune: bool = False,
     reuse_from: tuple[str, ...] = (),
     source_name: str | None = None,
 ) -> SyncReport:
-    """`source_name`: which of the tenant's sources this folder is (default: the one recorded for this path,
-    else a new one named after the folder); `reuse_from`: other collections of the same embedding model
+    """`source`: a folder, a file or an object-store URL (`s3://bucket/prefix`); `source_name`: which of the
+    tenant's sources it is (default: the one recorded for this location, else a new one named after the
+    folder); `reuse_from`: other collections of the same embedding model
     whose vectors may be reused by chunk id."""
     started = time.perf_counter()
     check_tenant(tenant)
@@ -124,13 +130,16 @@ def sync_into(
     with the collections whose vectors it may reuse). Only the documents this source owns are compared, and
     pruned: the tenant's `others` sources keep theirs."""
     ledger = Ledger(client, ledger_name(active.physical))
-    found = scan(Path(source.path), cfg.ingest.max_file_bytes)
+    found = scan(source.path, cfg.ingest.max_file_bytes)
+    is_remote = remote_scheme(source.path) is not None
     documents, failures = scoped_documents(found.documents, found.failures, source, others)
     owned = owned_entries(ledger.entries(tenant), source, others)
     plan = classify(documents, owned, prune, {f.doc_id for f in failures})
     report = SyncReport(tenant=tenant, collection=active.physical, source=source.name, unchanged=len(plan.unchanged))
     report.failures = failures
     report.missing, report.skipped_files = len(plan.missing), len(found.skipped)
+    # bodies read: every local file while scanning; of an object store only what is (re)processed
+    report.listed, report.read = found.listed, found.read + (len(plan.to_process) if is_remote else 0)
 
     outcome = (
         embed_and_write(cfg, active.physical, tenant, plan.to_process, reuse_from)

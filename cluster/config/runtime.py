@@ -6,6 +6,17 @@ from pydantic import Field
 
 from cluster.config.base import Section
 
+# what fsspec's S3 filesystem reads (`ragc ingest s3://...`): the Ray Data tasks that read bodies need them too
+OBJECT_STORE_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
+
 
 class RayConfig(Section):
     address: str | None = Field(
@@ -19,6 +30,12 @@ class RayConfig(Section):
         lt=65536,
         description="where a local Ray instance's metrics agent serves Prometheus metrics; unset = a free port "
         "Ray picks (the local cluster's app host uses `local.metrics_port`)",
+    )
+    forward_env: list[str] = Field(
+        default_factory=lambda: list(OBJECT_STORE_ENV),
+        description="environment variables (names; values from this process, only those set) given to this job's "
+        "workers when it joins a running cluster, e.g. an object-store source's credentials; a local Ray's "
+        "workers inherit the whole environment",
     )
 
 

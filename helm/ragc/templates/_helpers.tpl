@@ -76,6 +76,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: REDIS_PASSWORD
   valueFrom:
     secretKeyRef: {name: {{ .Values.existingSecret }}, key: {{ .Values.secretKeys.redisPassword }}, optional: true}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.existingSecret }}, key: {{ .Values.secretKeys.awsAccessKeyId }}, optional: true}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ .Values.existingSecret }}, key: {{ .Values.secretKeys.awsSecretAccessKey }}, optional: true}
+{{- end }}
+{{- with .Values.objectStore.endpointUrl }}
+- name: AWS_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.objectStore.region }}
+- name: AWS_DEFAULT_REGION
+  value: {{ . | quote }}
 {{- end }}
 {{- end -}}
 

@@ -13,9 +13,11 @@ class FlakyInit:
         self.failures = failures
         self.calls = 0
         self.shutdowns = 0
+        self.kwargs: dict[str, Any] = {}
 
-    def init(self, **_: Any) -> None:
+    def init(self, **kwargs: Any) -> None:
         self.calls += 1
+        self.kwargs = kwargs
         if self.failures:
             raise self.failures.pop(0)
 
@@ -60,3 +62,20 @@ def test_any_other_failure_or_a_third_timeout_is_raised(flaky: Any) -> None:
     with pytest.raises(Exception, match="file c"):
         ensure_ray(RagcConfig())
     assert thrice.calls == 3
+
+
+def test_joining_a_cluster_gives_its_workers_only_the_configured_variables_that_are_set(
+    flaky: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.setenv("UNRELATED_SECRET", "x")
+    fake = flaky([])
+    ensure_ray(RagcConfig.model_validate({"ray": {"address": "auto"}}))
+    assert fake.kwargs["runtime_env"] == {
+        "env_vars": {"AWS_ACCESS_KEY_ID": "id", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    }
+    nothing = flaky([])
+    ensure_ray(RagcConfig.model_validate({"ray": {"address": "auto", "forward_env": []}}))
+    assert nothing.kwargs["runtime_env"] is None

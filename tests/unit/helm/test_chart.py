@@ -195,6 +195,23 @@ def test_a_tenant_synced_from_two_named_sources_passes_each_name() -> None:
     ]
 
 
+def test_object_store_credentials_come_only_from_the_secret() -> None:
+    docs = render(
+        {
+            **BASE,
+            "sync": {"enabled": True, "tenants": [{"tenant": "a", "source": "s3://bucket/a"}]},
+            "objectStore": {"endpointUrl": "http://minio.store:9000", "region": "eu-west-1"},
+        }
+    )
+    cron = next(d for d in docs if d["kind"] == "RayCronJob")
+    head = cron["spec"]["jobTemplate"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in head["env"]}
+    assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio.store:9000"
+    assert env["AWS_DEFAULT_REGION"]["value"] == "eu-west-1"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "ragc-secrets" and "value" not in env[name]
+
+
 def test_the_deadline_follows_the_config_tree_and_a_release_override() -> None:
     from serve.serve_config import PROXY_GRACE_S
 
