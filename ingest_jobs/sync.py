@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -148,12 +150,14 @@ def sync_into(
     )
     report.failures += outcome.failures
     landed = [doc for doc in plan.to_process if doc.doc_id in outcome.chunk_ids]
+    _fault_point(cfg, "after_write")
     _commit(client, active.physical, ledger, tenant, landed_entries(landed, outcome))
     new_ids = {doc.doc_id for doc in plan.new}
     report.added = sum(doc.doc_id in new_ids for doc in landed)
     report.changed = len(landed) - report.added
     report.chunks_embedded, report.chunks_upserted = outcome.stats.embedded, outcome.stats.upserted
 
+    _fault_point(cfg, "before_prune")
     for start in range(0, len(plan.deleted), COMMIT_BATCH):
         doomed = plan.deleted[start : start + COMMIT_BATCH]
         client.delete(active.physical, filter=all_of(eq(ChunkFields.TENANT, tenant), is_in(ChunkFields.DOC_ID, doomed)))
@@ -166,6 +170,12 @@ def sync_into(
         client.flush(active.physical)
     report.chunks_total = count_chunks(client, active.physical, tenant)
     return report
+
+
+def _fault_point(cfg: RagcConfig, point: str) -> None:
+    """Test-only (`ingest.faults.kill_at`): die here as a killed pod would, with nothing cleaned up."""
+    if cfg.ingest.faults.kill_at == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def landed_entries(docs: list[Any], outcome: PipelineOutcome) -> list[LedgerEntry]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from cluster.config.base import Section
@@ -12,6 +14,11 @@ class IngestFaults(Section):
 
     fail_after_batches: int | None = Field(
         default=None, ge=0, description="the Milvus sink raises after this many batches were upserted"
+    )
+    kill_at: Literal["after_write", "before_prune"] | None = Field(
+        default=None,
+        description="the ingest process SIGKILLs itself: after the chunks were upserted and before the ledger "
+        "records them, or after the ledger and before pruning",
     )
 
 

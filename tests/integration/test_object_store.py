@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,7 @@ from typing import Any
 import pytest
 
 from cluster.config import RagcConfig
-from tests.integration.test_ingest import rows_of
+from tests.integration.test_ingest import cli_env, ragc_ingest, rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -74,20 +71,9 @@ def _boto_credentials() -> dict[str, str]:
 
 
 def ingest(cfg: RagcConfig, s3: dict[str, Any], state: Path, *args: str) -> dict[str, Any]:
-    import ray
-
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
-        **s3["env"],
-        "RAGC_MILVUS__URI": cfg.milvus.uri or "",
-        "RAGC_MILVUS__COLLECTION": cfg.milvus.collection,
-        "RAGC_REDIS__URL": cfg.redis.url or "",
-        # the session's Ray: its workers get the AWS variables through the job's runtime env (ray.forward_env)
-        "RAGC_RAY__ADDRESS": ray.get_runtime_context().gcs_address,
-        "RAGC_STATE_DIR": str(state),
-    }
-    argv = [sys.executable, "-m", "cli.main", "ingest", f"s3://{BUCKET}/handbook", "--tenant", "acme", "--json"]
-    proc = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, timeout=600, check=False)
+    # the session's Ray: its workers get the AWS variables through the job's runtime env (ray.forward_env)
+    env = {k: v for k, v in cli_env(cfg, state).items() if not k.startswith("AWS_")} | s3["env"]
+    proc = ragc_ingest(env, f"s3://{BUCKET}/handbook", *args)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
