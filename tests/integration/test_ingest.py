@@ -120,16 +120,19 @@ def test_crash_mid_run_then_rerun_gives_the_exact_chunks(cfg: RagcConfig, tmp_pa
 
 
 def cli_env(cfg: RagcConfig, state: Path, **extra: str) -> dict[str, str]:
-    """The `ragc` CLI on this session's servers and Ray (joining it: a second Ray costs ~40 s)."""
+    """The `ragc` CLI with this test's config (its servers, collection, chunker) on this session's Ray (joining
+    it: a second Ray costs ~40 s)."""
     import os
 
     import ray
+    import yaml
 
+    state.mkdir(parents=True, exist_ok=True)
+    config = state / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     return {
         **os.environ,
-        "RAGC_MILVUS__URI": cfg.milvus.uri or "",
-        "RAGC_MILVUS__COLLECTION": cfg.milvus.collection,
-        "RAGC_REDIS__URL": cfg.redis.url or "",
+        "RAGC_CONFIG": str(config),
         "RAGC_RAY__ADDRESS": ray.get_runtime_context().gcs_address,
         "RAGC_STATE_DIR": str(state),
         **extra,
