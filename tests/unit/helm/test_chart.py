@@ -212,6 +212,26 @@ def test_object_store_credentials_come_only_from_the_secret() -> None:
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "ragc-secrets" and "value" not in env[name]
 
 
+def test_the_bundled_stores_have_probes_and_redis_takes_the_password_from_the_secret() -> None:
+    def containers(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        docs = render({**values, "milvus": {"enabled": True}, "redis": {"enabled": True}})
+        return {
+            c["name"]: c
+            for d in docs
+            if d["kind"] in ("Deployment", "StatefulSet")
+            for c in d["spec"]["template"]["spec"]["containers"]
+        }
+
+    secured = containers(BASE)
+    for name in ("redis", "milvus"):
+        assert secured[name]["readinessProbe"] and secured[name]["livenessProbe"], name
+    redis = secured["redis"]
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert redis["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "ragc-secrets", "key": "redis-password"}
+    dev = containers({"externalMilvus": BASE["externalMilvus"]})["redis"]  # no secret: a dev cluster, no auth
+    assert "--requirepass" not in dev["args"] and "env" not in dev
+
+
 def test_the_deadline_follows_the_config_tree_and_a_release_override() -> None:
     from serve.serve_config import PROXY_GRACE_S
 
