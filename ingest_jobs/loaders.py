@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest_jobs.documents import Failure, ParsedDocument, SourceDocument, sha
-from ingest_jobs.locations import filesystem, read_bytes, remote_scheme
+from ingest_jobs.locations import filesystem, normalized, read_bytes, remote_scheme
 from ingest_jobs.metadata import (
     SIDECAR_SUFFIX,
     DocumentMetadata,
@@ -48,7 +48,7 @@ def scan(location: str | Path, max_file_bytes: int) -> ScanResult:
     its content hash (for objects: of their ETag, size and sidecar, so an unchanged object is never read)."""
     if remote_scheme(str(location)):
         return scan_objects(str(location), max_file_bytes)
-    root = Path(location).resolve()
+    root = Path(normalized(location))
     if not root.exists():
         raise FileNotFoundError(f"source {root} does not exist")
     result = ScanResult()

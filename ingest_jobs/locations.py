@@ -48,7 +48,7 @@ def exists(location: str) -> bool:
     if remote_scheme(location):
         fs, root = filesystem(location)
         return bool(fs.exists(root))
-    return Path(location).exists()
+    return Path(normalized(location)).exists()
 
 
 def read_bytes(location: str) -> bytes:

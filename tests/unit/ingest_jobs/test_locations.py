@@ -8,7 +8,7 @@ import fsspec
 import pytest
 
 from ingest_jobs.loaders import ParseError, parse, scan
-from ingest_jobs.locations import base_name, normalized, remote_scheme
+from ingest_jobs.locations import base_name, exists, normalized, remote_scheme
 from ingest_jobs.sources import fallback_name
 
 
@@ -33,6 +33,9 @@ def test_locations_are_recorded_absolute_or_as_urls(tmp_path: Path) -> None:
     assert normalized(f"file://{tmp_path}") == normalized(tmp_path) == str(tmp_path.resolve())
     assert base_name("s3://bucket/team/handbook/") == "handbook" and base_name("s3://bucket") == "bucket"
     assert fallback_name("s3://bucket/My Docs") == "My-Docs"
+    (tmp_path / "a.md").write_text("# A\n\nwords")
+    assert [d.doc_id for d in scan(f"file://{tmp_path}", 1000).documents] == ["a.md"]
+    assert exists(f"file://{tmp_path}") and not exists(f"file://{tmp_path}/nope")
 
 
 def test_a_bucket_is_listed_without_reading_a_body_and_an_edit_changes_the_hash(
