@@ -144,38 +144,40 @@ def ragc_ingest(env: dict[str, str], corpus: Path | str, *args: str) -> subproce
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
-@pytest.mark.parametrize("point", ["after_write", "before_prune"])
-def test_a_killed_ingest_then_a_rerun_gives_the_exact_chunks(cfg: RagcConfig, tmp_path: Path, point: str) -> None:
-    """SIGKILL, as a killed pod: after the chunks were upserted but before the ledger recorded them, and after
-    the ledger but before pruning. The re-run (once the dead run's lease lapsed) leaves exactly what a clean
-    run leaves."""
+def test_a_killed_ingest_then_a_rerun_gives_the_exact_chunks(cfg: RagcConfig, tmp_path: Path) -> None:
+    """SIGKILL, as a killed pod: after the chunks were upserted but before the ledger recorded them, then (in a
+    second round) after the ledger but before pruning. Each re-run, once the dead run's lease lapsed, leaves
+    exactly what an uninterrupted sync of the same folder leaves."""
     corpus = make_corpus(tmp_path / "docs")
-    (corpus / "old.md").write_text("# Old\n\nThis page goes away in the next sync.\n")
+    points = ("after_write", "before_prune")
+    for n in range(len(points)):
+        (corpus / f"old{n}.md").write_text(f"# Old {n}\n\nThis page goes away in round {n}.\n")
     lease = {"RAGC_INGEST__LEASE_TTL_S": "3", "RAGC_INGEST__LEASE_WAIT_S": "30"}
     env = cli_env(cfg, tmp_path / "s", **lease)
     assert ragc_ingest(env, corpus).returncode == 0
-    (corpus / "old.md").unlink()
-    (corpus / "edits.txt").write_text("Rewritten before the kill: entirely new wording about edits.")
-    (corpus / "new.md").write_text("# New\n\nA page added in the run that gets killed.\n")
-
-    killed = ragc_ingest({**env, "RAGC_INGEST__FAULTS__KILL_AT": point}, corpus, "--prune")
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    leftovers = {r["doc_id"] for r in rows_of(cfg, "acme")}
-    assert "new.md" in leftovers and "old.md" in leftovers, "killed between the writes and the prune"
-
-    rerun = ragc_ingest(env, corpus, "--prune")
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    summary = json.loads(rerun.stdout.strip().splitlines()[-1])
-    assert summary["deleted"] == 1 and summary["failed"] == 0, summary
-
     reference = cfg.model_copy(deep=True)
     reference.milvus.collection = cfg.milvus.collection + "_ref"
-    run_sync(reference, corpus, "acme")
-    ours = sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "acme"))
-    assert ours == sorted((r["doc_id"], r["text"]) for r in rows_of(reference, "acme"))
-    assert len({r["id"] for r in rows_of(cfg, "acme")}) == len(ours) == summary["chunks_total"]
-    ledger = Ledger(connect(cfg), ledger_name(Collections(connect(cfg), cfg).resolve() or ""))
-    assert set(ledger.entries("acme")) == {d for d, _ in ours}
+    for n, point in enumerate(points):
+        (corpus / f"old{n}.md").unlink()
+        (corpus / "edits.txt").write_text(f"Rewritten before kill {n}: entirely new wording about edits.")
+        (corpus / f"new{n}.md").write_text(f"# New {n}\n\nA page added in the run killed {point}.\n")
+
+        killed = ragc_ingest({**env, "RAGC_INGEST__FAULTS__KILL_AT": point}, corpus, "--prune")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        leftovers = {r["doc_id"] for r in rows_of(cfg, "acme")}
+        assert {f"new{n}.md", f"old{n}.md"} <= leftovers, f"{point}: killed between the writes and the prune"
+
+        rerun = ragc_ingest(env, corpus, "--prune")
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        summary = json.loads(rerun.stdout.strip().splitlines()[-1])
+        assert summary["deleted"] == 1 and summary["failed"] == 0, (point, summary)
+
+        run_sync(reference, corpus, "acme", prune=True)
+        ours = sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "acme"))
+        assert ours == sorted((r["doc_id"], r["text"]) for r in rows_of(reference, "acme")), point
+        assert len({r["id"] for r in rows_of(cfg, "acme")}) == len(ours) == summary["chunks_total"]
+        ledger = Ledger(connect(cfg), ledger_name(Collections(connect(cfg), cfg).resolve() or ""))
+        assert set(ledger.entries("acme")) == {d for d, _ in ours}, point
 
 
 def test_tenants_stay_in_their_partitions(cfg: RagcConfig, tmp_path: Path) -> None:
