@@ -190,6 +190,24 @@ def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_eval_answers(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout ends with the JSON line
+    from evals.answer_eval import AnswerEvalRequest, run_eval_answers
+
+    request = AnswerEvalRequest(
+        dataset=args.dataset,
+        split=args.split,
+        limit=args.limit,
+        mode=args.mode,
+        endpoint=args.endpoint,
+        api_key=args.api_key,
+        reranker=args.reranker,
+        output=args.output,
+    )
+    print(json.dumps(run_eval_answers(cfg, request), default=str))
+    return EXIT_OK
+
+
 def cmd_eval_variant(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from evals.abstention import build_variant
 
@@ -334,6 +352,19 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--endpoint", help="evaluate a running service over HTTP instead")
     evaluate.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="with --endpoint")
     evaluate.set_defaults(func=cmd_eval)
+
+    answers = sub.add_parser(
+        "eval-answers", parents=[common], help="answer quality against human answers: extractive, LLM, served"
+    )
+    answers.add_argument("--dataset", type=Path, required=True, help="BEIR layout; answers.jsonl when it has them")
+    answers.add_argument("--split", default="test", help="qrels split whose questions are asked")
+    answers.add_argument("--limit", type=int, default=0, help="N questions spread evenly over the split; 0 = all")
+    answers.add_argument("--mode", help="response mode (default: serve.synthesize.response_mode)")
+    answers.add_argument("--reranker", help="cross-encoder path or id (default: serve.rerank.model)")
+    answers.add_argument("--endpoint", help="ask a running service over HTTP (the served arm and extractive only)")
+    answers.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="with --endpoint")
+    answers.add_argument("--output", type=Path, help="write the JSON with every answer here, plus a markdown report")
+    answers.set_defaults(func=cmd_eval_answers)
 
     variant = sub.add_parser(
         "eval-variant", parents=[common], help="copy a BEIR dataset without the answers of some questions"

@@ -219,7 +219,10 @@ class QueryResponse(BaseModel):
     citations: list[Citation]
     passages: list[PassageOut]
     abstained: bool
-    grounded: bool = Field(description="the answer cites at least one passage that was sent")
+    grounded: bool = Field(
+        description="every claim of the answer is cited and its cited passage supports it (the answer check); an "
+        "extractive answer quotes its passages"
+    )
     stages: dict[str, StageStatus] = Field(
         description="cache, rewrite, retrieve, rerank, answerability, synthesize, in order"
     )

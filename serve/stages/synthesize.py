@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster.config import EmbeddingConfig, LLMEngineConfig, RagcConfig, ResponseMode, SynthesizeConfig
@@ -124,9 +124,9 @@ class SynthesizeStage(FaultHooks):
         self,
         query: str,
         passages: list[Passage],
-        output_pattern: str | None = None,
         context: AnswerContext | None = None,
         mode: ResponseMode = "compact",
+        output_pattern: str | None = None,
     ) -> AsyncIterator[SynthesisItem]:
         """`output_pattern` constrains the generated text (structured output), e.g. to force a format;
         `context`: the conversation and the searched query, so a follow-up is answered in context;
@@ -140,6 +140,7 @@ class SynthesizeStage(FaultHooks):
             yield extractive_answer(query, passages, self._cfg)
             return
         spent: list[Usage] = []  # what each LLM call cost, up to where it was read
+        context = await self._context_that_fits(query, passages, context)
         items = (
             self._compact(query, passages, output_pattern, context, spent)
             if mode == "compact"
@@ -364,6 +365,31 @@ class SynthesizeStage(FaultHooks):
             query, passages, self._cfg.passage_max_chars, strict, history, searched, first_number, earlier_answer
         )
 
+    def _prompt_room(self, reserve: int = 0) -> int:
+        room = self._max_model_len - self._cfg.max_tokens
+        if self._cfg.max_prompt_tokens is not None:
+            room = min(room, self._cfg.max_prompt_tokens)
+        return room - reserve
+
+    async def _context_that_fits(
+        self, query: str, passages: list[Passage], context: AnswerContext | None
+    ) -> AnswerContext | None:
+        """The conversation gives way to the passages: when the question and the first passage do not fit
+        the prompt budget with the recent turns the answer would see, the oldest of them are left out until
+        they do (a long conversation otherwise leaves no room for any passage)."""
+        if context is None or not context.history:
+            return context
+        assert self._llm is not None
+        turns = self._cfg.history_turns
+        conversation = tuple(t for t in context.history if t[0] in ("user", "assistant"))
+        context = replace(context, history=conversation[-turns:] if turns else ())
+        while context.history:
+            tokens = await self._llm.prompt_tokens([self._messages(query, passages[:1], True, context)])
+            if tokens[0] <= self._prompt_room():
+                break
+            context = replace(context, history=context.history[1:])
+        return context
+
     async def _passages_that_fit(
         self,
         query: str,
@@ -381,10 +407,7 @@ class SynthesizeStage(FaultHooks):
             self._messages(query, passages[:k], True, context, first_number) for k in range(1, len(passages) + 1)
         ]
         tokens = await self._llm.prompt_tokens(prompts)
-        room = self._max_model_len - self._cfg.max_tokens
-        if self._cfg.max_prompt_tokens is not None:
-            room = min(room, self._cfg.max_prompt_tokens)
-        room -= reserve
+        room = self._prompt_room(reserve)
         fits = sum(1 for n in tokens if n <= room)  # counts grow with k: the fitting ones are a prefix
         if fits == 0:
             raise ContextBudgetError(

@@ -399,3 +399,27 @@ def test_the_conversation_counts_against_the_context_budget() -> None:
         return final.passages_sent
 
     assert sent(history_turns=0) > sent(history_turns=4) >= 1
+
+
+def test_a_long_conversation_gives_way_to_the_first_passage() -> None:
+    """A conversation that alone fills the prompt budget loses its oldest turns until a passage fits,
+    instead of failing the answer (it used to: ContextBudgetError on long INSCIT conversations)."""
+    llm = ScriptedGenerator([SUPPORTED])
+    cfg = {
+        "serve": {
+            "synthesize": {"max_tokens": 20, "max_prompt_tokens": 150, "history_turns": 4},
+            "llm": {"engines": {"default": {"max_model_len": 400}}},
+        }
+    }
+    stage = synthesize_stage(RagcConfig.model_validate(cfg), llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
+    oldest, newest = ("user", " ".join(["oldest"] * 70)), ("user", " ".join(["newest"] * 40))
+    context = AnswerContext((oldest, ("assistant", "ok"), newest, ("assistant", "fine")))
+
+    async def collect() -> list:
+        return [i async for i in stage.synthesize_stream("are tenants apart?", passages(3), context=context)]
+
+    final = asyncio.run(collect())[-1]
+    assert final.passages_sent >= 1 and not final.failed_check
+    ((messages, _),) = llm.calls
+    sent = " ".join(m["content"] for m in messages)
+    assert "newest" in sent and "oldest" not in sent
