@@ -80,27 +80,37 @@ class AnswerCheck:
         return "passed" if self.reason is None else self.reason.split(" ")[0].rstrip(":")
 
 
-def repetition(text: str, partial: bool = False) -> str | None:
+def _lines(text: str) -> list[str]:
+    return [CITATION.sub("", LIST_MARK.sub("", " ".join(line.split()).lower())).strip() for line in text.splitlines()]
+
+
+def _ngrams(words: list[str]) -> Counter[tuple[str, ...]]:
+    return Counter(tuple(words[i : i + REPEATED_NGRAM]) for i in range(len(words) - REPEATED_NGRAM + 1))
+
+
+def repetition(text: str, partial: bool = False, source: str = "") -> str | None:
     """A repeated line or phrase, or None. `partial`: the text is still being generated, so its last line
-    and word may be unfinished and are left out (a repetition found then stays one however it goes on)."""
-    lines = text.splitlines()
+    and word may be unfinished and are left out (a repetition found then stays one however it goes on).
+    `source`: the passages' text; a phrase repeated no more often than there is quoted, not a loop (a
+    filmography lists "(TV movie) (producer)" on every line)."""
+    lines = _lines(text)
     if partial and not text.endswith("\n"):
         lines = lines[:-1]
-    lines = [CITATION.sub("", LIST_MARK.sub("", " ".join(line.split()).lower())).strip() for line in lines]
-    if any(count > 1 for line, count in Counter(lines).items() if len(line) > 3):
+    quoted_lines = Counter(_lines(source))
+    if any(count > max(1, quoted_lines[line]) for line, count in Counter(lines).items() if len(line) > 3):
         return "degenerate: a repeated line"
     words = WORD.findall(CITATION.sub(" ", text).lower())
     if partial and text and not text[-1].isspace():
         words = words[:-1]
-    grams = Counter(tuple(words[i : i + REPEATED_NGRAM]) for i in range(len(words) - REPEATED_NGRAM + 1))
-    if grams and max(grams.values()) > 2:
+    quoted = _ngrams(WORD.findall(source.lower())) if source else Counter()
+    if any(count > max(2, quoted[gram]) for gram, count in _ngrams(words).items()):
         return "degenerate: a repeated phrase"
     return None
 
 
 def degenerate(answer: str, question: str, passages: list[Passage]) -> str | None:
     """Why the text is not an answer at all, or None."""
-    repeated = repetition(answer)
+    repeated = repetition(answer, source="\n".join(p.text for p in passages))
     if repeated:
         return repeated
     titles = set().union(*(terms(p.title) for p in passages))

@@ -12,9 +12,13 @@ from serve.types import Passage, Synthesis
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def best_excerpt(query: str, text: str, max_chars: int) -> str:
-    """The passage's sentences that share most words with the query, in their original order."""
-    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+def best_excerpt(query: str, text: str, max_chars: int, title: str = "") -> str:
+    """The passage's sentences that share most words with the query, in their original order. Headings
+    (markdown, or a line that is the passage's title) are not sentences."""
+    heading = " ".join(title.split())
+    prose = " ".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("#") and " ".join(line.split()) != heading
+    )
     sentences = [s.strip() for s in SENTENCE_END.split(" ".join(prose.split())) if s.strip()]
     if not sentences:
         return ""
@@ -34,11 +38,11 @@ def best_excerpt(query: str, text: str, max_chars: int) -> str:
 
 
 def extractive_answer(query: str, passages: list[Passage], cfg: SynthesizeConfig) -> Synthesis:
-    parts = []
+    parts: list[str] = []
     cited = []
     for n, passage in enumerate(passages[: cfg.extractive_passages], start=1):
-        excerpt = best_excerpt(query, passage.text, cfg.extractive_chars)
-        if excerpt:
+        excerpt = best_excerpt(query, passage.text, cfg.extractive_chars, passage.title)
+        if excerpt and not any(excerpt in part for part in parts):  # overlapping chunks quote the same sentences
             parts.append(f"{excerpt} [{n}]")
             cited.append(n)
     return Synthesis(answer="\n\n".join(parts), cited=cited, grounded=bool(cited), mode="extractive")

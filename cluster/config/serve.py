@@ -277,6 +277,11 @@ class SynthesizeConfig(Section):
     check: AnswerCheckConfig = Field(default_factory=AnswerCheckConfig)
     history_turns: int = Field(default=4, ge=0, description="conversation turns the answer sees (0: none)")
     history_max_chars: int = Field(default=1500, gt=0, description="the most recent turns are kept up to this")
+    history_min_passages: int = Field(
+        default=2,
+        ge=1,
+        description="the conversation's oldest turns give way until this many passages fit the prompt budget",
+    )
 
     @model_validator(mode="after")
     def _default_mode_allowed(self) -> SynthesizeConfig:

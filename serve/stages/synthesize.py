@@ -152,13 +152,20 @@ class SynthesizeStage(FaultHooks):
             yield item
 
     async def _call(
-        self, messages: Messages, params: GenerationParams, deadline: float, sink: list[str], spent: list[Usage]
+        self,
+        messages: Messages,
+        params: GenerationParams,
+        deadline: float,
+        sink: list[str],
+        spent: list[Usage],
+        passages: list[Passage],
     ) -> AsyncIterator[str]:
         """One LLM call, streamed into `sink` and yielded piece by piece, its cost so far into `spent`. It stops
         reading (which aborts the engine's request) at the deadline or as soon as the text repeats itself: a
         model that started repeating will not recover, and its tokens cost time the retry needs."""
         assert self._llm is not None
         usage = Usage()
+        source = "\n".join(p.text for p in passages)  # what the answer may quote, repetitions included
         try:
             async with aclosing(self._llm.stream(messages, params)) as stream:
                 async for piece in stream:
@@ -169,7 +176,7 @@ class SynthesizeStage(FaultHooks):
                     yield piece.text
                     if time.monotonic() > deadline:
                         return
-                    if self._cfg.check.enabled and repetition("".join(sink), partial=True):
+                    if self._cfg.check.enabled and repetition("".join(sink), partial=True, source=source):
                         return
         finally:
             spent.append(usage)
@@ -197,7 +204,9 @@ class SynthesizeStage(FaultHooks):
             params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature, regex=pattern)
             messages = self._messages(query, passages, strict, context)
             attempt_started = time.monotonic()
-            async for piece in self._call(messages, params, deadline if strict else float("inf"), pieces, spent):
+            async for piece in self._call(
+                messages, params, deadline if strict else float("inf"), pieces, spent, passages
+            ):
                 yield piece
             if strict and time.monotonic() > deadline:
                 why = f"{first_reason} (the strict retry ran out of time)"
@@ -258,7 +267,7 @@ class SynthesizeStage(FaultHooks):
             if streams and streamed:
                 yield "\n\n"
             sink: list[str] = []
-            async for piece in self._call(messages, params, deadline, sink, spent):
+            async for piece in self._call(messages, params, deadline, sink, spent, passages[start:end]):
                 if streams:
                     streamed = True
                     yield piece
@@ -274,7 +283,7 @@ class SynthesizeStage(FaultHooks):
             if streamed:
                 yield StreamReset("combining the batches' answers")
                 streamed = False
-            async for piece in self._call(combine_messages(query, answers), params, deadline, sink, spent):
+            async for piece in self._call(combine_messages(query, answers), params, deadline, sink, spent, passages):
                 streamed = True
                 yield piece
             calls += 1
@@ -374,17 +383,19 @@ class SynthesizeStage(FaultHooks):
     async def _context_that_fits(
         self, query: str, passages: list[Passage], context: AnswerContext | None
     ) -> AnswerContext | None:
-        """The conversation gives way to the passages: when the question and the first passage do not fit
-        the prompt budget with the recent turns the answer would see, the oldest of them are left out until
-        they do (a long conversation otherwise leaves no room for any passage)."""
+        """The conversation gives way to the passages: when the question and the first
+        `history_min_passages` passages do not fit the prompt budget with the recent turns the answer would
+        see, the oldest turns are left out until they do (a long conversation otherwise crowds the passages
+        out of a CPU-sized prompt, or leaves room for none)."""
         if context is None or not context.history:
             return context
         assert self._llm is not None
         turns = self._cfg.history_turns
         conversation = tuple(t for t in context.history if t[0] in ("user", "assistant"))
         context = replace(context, history=conversation[-turns:] if turns else ())
+        wanted = passages[: self._cfg.history_min_passages]
         while context.history:
-            tokens = await self._llm.prompt_tokens([self._messages(query, passages[:1], True, context)])
+            tokens = await self._llm.prompt_tokens([self._messages(query, wanted, True, context)])
             if tokens[0] <= self._prompt_room():
                 break
             context = replace(context, history=context.history[1:])

@@ -65,3 +65,12 @@ def test_a_stream_repeats_only_once_a_finished_line_or_phrase_comes_again() -> N
     phrase = "the store keeps them apart " * 2 + "the store keeps them apa"
     assert repetition(phrase, partial=True) is None
     assert repetition(phrase + "rt ", partial=True) == "degenerate: a repeated phrase"
+
+
+def test_a_phrase_repeated_as_often_as_in_the_passages_is_quoted_not_a_loop() -> None:
+    listing = "1997 Before Women Had Wings (TV movie) (executive producer) for HBO. 1998 The Wedding (TV movie) "
+    listing += "(executive producer) for HBO. 1999 Tuesdays with Morrie (TV movie) (executive producer) for HBO."
+    assert repetition(listing) == "degenerate: a repeated phrase"  # alone it reads as a loop
+    assert repetition(listing, source="Filmography: " + listing) is None  # quoted from the passage
+    looped = listing + " (TV movie) (executive producer) for HBO."
+    assert repetition(looped, source=listing) == "degenerate: a repeated phrase"  # more often than quoted

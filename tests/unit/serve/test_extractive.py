@@ -17,3 +17,17 @@ def test_extractive_answer_cites_the_passages_it_quotes() -> None:
     assert result.answer.startswith("Tenants are isolated by partition key.")
     assert "[1]" in result.answer and "# Title" not in result.answer
     assert best_excerpt("x", "", 100) == ""
+
+
+def test_a_title_line_and_an_excerpt_quoted_already_are_not_quoted_again() -> None:
+    """A BEIR passage begins with its title line; with no full stop it used to open the first sentence, and
+    three chunks of one section repeated it three times (the answer check calls that degenerate)."""
+    text = "Kosher foods / Animals\n\nThe Torah permits land animals that chew their cud."
+    passages = [
+        Passage("c1", "d1", "t", text, title="Kosher foods / Animals"),
+        Passage("c2", "d1", "t", text, title="Kosher foods / Animals"),  # an overlapping chunk: the same sentence
+        Passage("c3", "d2", "t", "Fish need fins and scales.", title="Kosher foods / Fish"),
+    ]
+    result = extractive_answer("which animals does the torah permit", passages, SynthesizeConfig())
+    assert result.answer == "The Torah permits land animals that chew their cud. [1]\n\nFish need fins and scales. [3]"
+    assert result.cited == [1, 3]
