@@ -272,6 +272,12 @@ class SynthesizeConfig(Section):
     )
     temperature: float = Field(default=0.0, ge=0, le=2)
     passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
+    passage_excerpt_chars: int | None = Field(
+        default=None,
+        gt=0,
+        description="each passage goes into the prompt as its sentences that share most words with the question, "
+        "up to this many characters, so more passages fit a CPU-sized prompt (null: its first passage_max_chars)",
+    )
     extractive_passages: int = Field(default=3, gt=0, description="passages quoted by the extractive answer")
     extractive_chars: int = Field(default=400, gt=0, description="characters quoted per passage")
     check: AnswerCheckConfig = Field(default_factory=AnswerCheckConfig)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from serve.extractive import best_excerpt
 from serve.llm.generation import Messages
 from serve.text_terms import terms
 from serve.types import Passage
@@ -118,14 +119,20 @@ def synthesis_messages(
     retrieval_query: str | None = None,
     first_number: int = 1,
     earlier_answer: str | None = None,
+    excerpt_chars: int | None = None,
 ) -> Messages:
-    """`history`: earlier turns, already cut to the budget (`recent_history`), sent as chat turns before the
+    """`excerpt_chars`: each passage is sent as its sentences that share most words with the question (and
+    the searched query), up to this many characters, instead of its first `passage_max_chars`;
+    `history`: earlier turns, already cut to the budget (`recent_history`), sent as chat turns before the
     passages; `retrieval_query`: what was searched when it differs from the question as asked;
     `first_number`: the number of the first passage (a later batch keeps the numbers of the answer's
     passages); `earlier_answer`: the answer so far, to be refined with these passages (`refine` mode)."""
     blocks = []
     for n, passage in enumerate(passages, start=first_number):
-        body = " ".join(passage.text.split())[:passage_max_chars]
+        if excerpt_chars is None:
+            body = " ".join(passage.text.split())[:passage_max_chars]
+        else:
+            body = best_excerpt(f"{query} {retrieval_query or ''}", passage.text, excerpt_chars, passage.title)
         # The delimiters are ours: a passage cannot close the block early.
         body = body.replace(PASSAGES_CLOSE, "").replace(PASSAGES_OPEN, "")
         heading = f" ({passage.title})" if passage.title else ""

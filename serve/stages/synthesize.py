@@ -371,7 +371,15 @@ class SynthesizeStage(FaultHooks):
         history = recent_history(turns, self._cfg.history_turns, self._cfg.history_max_chars)
         searched = context.retrieval_query if context else None
         return synthesis_messages(
-            query, passages, self._cfg.passage_max_chars, strict, history, searched, first_number, earlier_answer
+            query,
+            passages,
+            self._cfg.passage_max_chars,
+            strict,
+            history,
+            searched,
+            first_number,
+            earlier_answer,
+            self._cfg.passage_excerpt_chars,
         )
 
     def _prompt_room(self, reserve: int = 0) -> int:

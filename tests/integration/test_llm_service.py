@@ -9,6 +9,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ if importlib.util.find_spec("vllm") is None:  # a missing engine is a failure of
 APP = "llm"
 KEY = {"Authorization": "Bearer key-llm"}
 CITATION = re.compile(r"\[(\d+)\]")
+MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 GENERATED_THEN_REFUSED = re.compile(r"extractive answer: (degenerate|uncited claim|unsupported claim)")
 CHECK_FAILURE = re.compile(r"extractive answer: (degenerate|uncited claim|unsupported claim|timed out)")
 HISTORY = [
@@ -122,6 +124,28 @@ def test_response_modes_over_http(service: dict[str, Any]) -> None:
         assert CHECK_FAILURE.match(synthesize["detail"]) and out["citations"]
 
 
+def demo_questions() -> list[str]:
+    """The questions `make demo` asks (the Makefile is where a user reads them)."""
+    recipe = MAKEFILE.read_text(encoding="utf-8").split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r'\$\(RAGC\) query "([^"]+)"', recipe)
+
+
+def test_the_demo_questions_come_back_without_repetition_and_every_claim_cited(service: dict[str, Any]) -> None:
+    """Issue #15's first sight: the demo answered "1. How tenants are kept apart" five times, marked ok."""
+    from serve.answer_check import claims, repetition
+
+    questions = demo_questions()
+    assert len(questions) == 3, questions
+    for question in questions:
+        out = ask(service, {"query": question, "rewrite": False})
+        print(f"demo: {question!r} -> {out['stages']['synthesize']}")
+        assert not out["abstained"] and repetition(out["answer"]) is None, out["answer"]
+        found = claims(out["answer"])
+        assert found and all(cited for _, cited in found), found
+        assert_citations_point_at_passages(out)
+        assert out["grounded"] and all(c["supported"] for c in out["citations"]), out["citations"]
+
+
 def test_streamed_answer_arrives_token_by_token_with_valid_citations(service: dict[str, Any]) -> None:
     body = {"query": "How are tenants kept apart?", "stream": True, "rerank": False, "rewrite": False}
     stream = post_stream(f"{service['base']}/v1/query", body, KEY, 120)
@@ -163,7 +187,12 @@ def test_passages_beyond_the_context_are_cut_not_refused(service: dict[str, Any]
     forced = r"Every chunk carries its tenant id \[1\]\."
 
     async def collect() -> list[Any]:
-        return [item async for item in handle.synthesize_stream.remote("How are tenants kept apart?", passages, forced)]
+        return [
+            item
+            async for item in handle.synthesize_stream.remote(
+                "How are tenants kept apart?", passages, output_pattern=forced
+            )
+        ]
 
     import asyncio
 
@@ -189,7 +218,12 @@ def test_invented_citation_in_forced_output_is_removed(service: dict[str, Any]) 
 
     async def collect() -> list[Any]:
         forced = r"Every chunk carries its tenant id \[1\] and is audited \[7\]\."
-        return [item async for item in handle.synthesize_stream.remote("How are tenants kept apart?", passages, forced)]
+        return [
+            item
+            async for item in handle.synthesize_stream.remote(
+                "How are tenants kept apart?", passages, output_pattern=forced
+            )
+        ]
 
     import asyncio
 
@@ -212,7 +246,12 @@ def test_a_forced_degenerate_answer_fails_its_check_in_the_replica(service: dict
     forced = r"Tenant ids \[1\]\.\nTenant ids \[1\]\."
 
     async def collect() -> list[Any]:
-        return [item async for item in handle.synthesize_stream.remote("How are tenants kept apart?", passages, forced)]
+        return [
+            item
+            async for item in handle.synthesize_stream.remote(
+                "How are tenants kept apart?", passages, output_pattern=forced
+            )
+        ]
 
     import asyncio
 
