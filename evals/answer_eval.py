@@ -186,6 +186,7 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
         "abstained": len(results) - len(answered),
         "fallback_rate": _rate(len(fallbacks), len(answered)),
         "fallback_reasons": {k: fallbacks.count(k) for k in sorted(set(fallbacks))},
+        "llm_served": sum(r.synthesize == "ok" for r in answered),  # the LLM's answer passed and was served
         "retried": sum("strict retry" in r.detail for r in answered),
         **{k: served.get(k) for k in ("token_f1", "rouge_l", "gold_citation_rate", "supported_claim_rate")},
         "degenerate_rate": served.get("degenerate_rate"),

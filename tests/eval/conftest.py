@@ -82,8 +82,14 @@ def gate_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def gate_cli(gate_dir: Path) -> Iterator[RagcCli]:
-    ragc = make_cli(cli_env(gate_dir / "state"), gate_dir / "cli.log")
+def gate_env(gate_dir: Path) -> dict[str, str]:
+    """The environment of every command of the gate: one state dir, one pair of sidecar ports."""
+    return cli_env(gate_dir / "state")
+
+
+@pytest.fixture(scope="session")
+def gate_cli(gate_env: dict[str, str], gate_dir: Path) -> Iterator[RagcCli]:
+    ragc = make_cli(gate_env, gate_dir / "cli.log")
     ragc("up", "--no-app", "--json")
     yield ragc
     ragc("down", "--json")

@@ -69,7 +69,12 @@ def test_summary_compares_the_arms_on_the_same_questions() -> None:
     summary = summarize(results, 1.0)
     arms = summary["arms"]
     assert summary["questions"] == summary["answered"] == 2 and summary["fallback_rate"] == 0.0
-    assert summary["retried"] == 1 and summary["degenerate_rate"] == 0.0 and summary["grounded_failing_check"] == 0
+    assert (
+        summary["llm_served"] == 2
+        and summary["retried"] == 1
+        and summary["degenerate_rate"] == 0.0
+        and summary["grounded_failing_check"] == 0
+    )
     assert arms["llm_unchecked"]["degenerate_rate"] == 0.5 and arms["llm_unchecked"]["grounded_failing_check"] == 1
     # the LLM cites [1] (d2): gold for q1 only; the extractive answer cites its three passages
     assert arms["served"]["gold_citation_rate"] == 0.5 and arms["extractive"]["gold_citation_rate"] == 1.0
