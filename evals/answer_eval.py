@@ -178,7 +178,8 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
     unanswerable = [r for r in results if r.question.unanswerable]
     arms = {arm: score_arm(results, arm) for arm in ARMS}
     served = arms["served"] or {}
-    check_ms = [r.arms["llm_unchecked"].check_ms for r in answered if "llm_unchecked" in r.arms]
+    # the check's cost where it measured support (an uncited or degenerate answer stops before the model)
+    check_ms = [a.check_ms for r in answered for a in r.arms.values() if a.kind in (None, "unsupported")]
     synth_ms = [r.total_ms for r in answered]
     return {
         "questions": len(results),
@@ -197,7 +198,7 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
             sum(r.abstained for r in results if not r.question.unanswerable), len(results) - len(unanswerable)
         ),
         "arms": arms,
-        "check_ms_p50": round(statistics.median(check_ms), 1) if check_ms else None,
+        "support_check_ms_p50": round(statistics.median(check_ms), 1) if check_ms else None,
         "answer_ms_p50": round(statistics.median(synth_ms), 1) if synth_ms else None,
         "seconds": round(seconds, 1),
     }

@@ -29,6 +29,7 @@ def start_serve(cfg: RagcConfig) -> None:
 
     from cluster.ray_runtime import ensure_ray
     from serve.app import build_app
+    from serve.tracing import serve_tracing_config
 
     # the local cluster's Ray serves every replica's metrics on a known port; job Rays (ingest, eval) pick their own
     ensure_ray(
@@ -39,7 +40,8 @@ def start_serve(cfg: RagcConfig) -> None:
             "host": cfg.serve.http_host,
             "port": cfg.local.http_port,
             "request_timeout_s": cfg.serve.request_timeout_s + 5,
-        }
+        },
+        tracing_config=serve_tracing_config(cfg.serve.traces),
     )
     serve.run(build_app(cfg), name=cfg.serve.app_name, route_prefix=cfg.serve.route_prefix, blocking=False)
 

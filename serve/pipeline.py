@@ -22,6 +22,7 @@ from serve.cache import CacheScope, ResponseCache
 from serve.errors import BadRequestError, OverloadedError, UnavailableError
 from serve.extractive import extractive_answer
 from serve.roles import Stages
+from serve.tracing import record, span
 from serve.types import (
     AnswerContext,
     CacheStatus,
@@ -55,18 +56,29 @@ class StageFailure(Exception):
 
 
 async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
-    try:
-        return await asyncio.wait_for(call(), timeout_s)
-    except TimeoutError as exc:
-        raise StageFailure(f"timed out after {timeout_s:g}s") from exc
-    except asyncio.CancelledError:
-        raise
-    except BackPressureError as exc:
+    """The stage's call in its own span: a deployment it calls records its spans under it."""
+    with span(stage) as current:
+        try:
+            result = await asyncio.wait_for(call(), timeout_s)
+        except asyncio.CancelledError:
+            record(current, "cancelled")
+            raise
+        except Exception as exc:
+            failure = stage_failure(stage, exc, timeout_s)
+            record(current, "error", detail=failure.reason)
+            raise failure from exc
+        record(current, "ok")
+        return result
+
+
+def stage_failure(stage: str, exc: Exception, timeout_s: float) -> StageFailure:
+    if isinstance(exc, TimeoutError):
+        return StageFailure(f"timed out after {timeout_s:g}s")
+    if isinstance(exc, BackPressureError):
         retry_after_s = exc.retry_after_s if exc.retry_after_s is not None else 1.0
-        raise StageFailure(f"overloaded: {exc.message}", retry_after_s) from exc
-    except Exception as exc:
-        logger.warning("stage failed", extra={"stage": stage, "error": repr(exc)})
-        raise StageFailure(failure_reason(exc)) from exc
+        return StageFailure(f"overloaded: {exc.message}", retry_after_s)
+    logger.warning("stage failed", extra={"stage": stage, "error": repr(exc)})
+    return StageFailure(failure_reason(exc))
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -146,7 +158,15 @@ class QueryPipeline:
     async def run(
         self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
     ) -> QueryResponse:
-        response = await self._answer(request, tenant, filter_expr, request_id, emit)
+        with span("query", tenant=tenant, request_id=request_id, mode=request.mode, stream=request.stream) as root:
+            response = await self._answer(request, tenant, filter_expr, request_id, emit)
+            for stage, report in response.stages.items():
+                root.set_attribute(f"ragc.stage.{stage}", report.status)
+            root.set_attribute("ragc.passages", len(response.passages))
+            root.set_attribute("ragc.citations", len(response.citations))
+            root.set_attribute("ragc.abstained", response.abstained)
+            root.set_attribute("ragc.grounded", response.grounded)
+            root.set_attribute("ragc.completion_tokens", response.usage.completion_tokens)
         account(response, request.query, self._cfg)
         return response
 
@@ -160,10 +180,12 @@ class QueryPipeline:
         cached: dict[str, Any] | None = None
         status: CacheStatus
         try:
-            scope = self.scope(request, tenant, filter_expr, await self.index_version())
-            cached, status, vector = await self._cache.lookup(
-                scope, request.query, lambda: self._stages.retriever.embed(request.query)
-            )
+            with span("cache.lookup") as lookup:
+                scope = self.scope(request, tenant, filter_expr, await self.index_version())
+                cached, status, vector = await self._cache.lookup(
+                    scope, request.query, lambda: self._stages.retriever.embed(request.query)
+                )
+                lookup.set_attribute("ragc.status", status)
         except StageFailure as failure:
             status = "bypass"
             logger.warning("cache scope unavailable", extra={"error": failure.reason})

@@ -12,8 +12,11 @@ PROXY_GRACE_S = 5.0  # the HTTP proxy waits this much longer than the ingress's 
 
 
 def serve_deploy_config(cfg: RagcConfig, http_host: str | None = None, port: int | None = None) -> dict[str, Any]:
+    from serve.tracing import serve_tracing_config
+
     deployments = [{"name": stage, **options} for stage, options in stage_deployments(cfg).items()]
-    return {
+    traces = {"tracing_config": serve_tracing_config(cfg.serve.traces)} if cfg.serve.traces.enabled else {}
+    return traces | {
         "proxy_location": "EveryNode",
         "http_options": {
             "host": http_host or cfg.serve.http_host,

@@ -36,6 +36,7 @@ from cluster.config.serve import (
     StageFaults,
     SynthesizeConfig,
     TenantLimits,
+    TracesConfig,
 )
 from cluster.config.store import MilvusConfig, RedisConfig
 from cluster.config.training import RerankTrainingConfig
@@ -82,5 +83,6 @@ __all__ = [
     "StageFaults",
     "SynthesizeConfig",
     "TenantLimits",
+    "TracesConfig",
     "load_config",
 ]

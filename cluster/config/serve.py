@@ -379,6 +379,17 @@ class StageFaults(Section):
     fail: list[str] = Field(default_factory=list, description="stages (or `dense`/`bm25` arms) that raise")
 
 
+class TracesConfig(Section):
+    """OpenTelemetry traces (serve/tracing.py): Ray Serve's spans per request and deployment call, ours per
+    stage, retrieval arm and LLM generation; exported over OTLP/HTTP to where the standard `OTEL_EXPORTER_OTLP_*`
+    variables say (default http://localhost:4318)."""
+
+    enabled: bool = Field(default=False, description="off: no span is recorded anywhere")
+    sampling_ratio: float = Field(
+        default=1.0, ge=0, le=1, description="share of requests traced (a traced caller's traceparent decides for it)"
+    )
+
+
 class ServeConfig(Section):
     app_name: str = "ragc"
     http_host: str = Field(default="127.0.0.1", description="bind address of the Serve HTTP proxy")
@@ -401,6 +412,7 @@ class ServeConfig(Section):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     request_log: RequestLogConfig = Field(default_factory=RequestLogConfig)
+    traces: TracesConfig = Field(default_factory=TracesConfig)
     faults: StageFaults = Field(default_factory=StageFaults)
 
     @field_validator("deployments")

@@ -16,6 +16,7 @@ from cluster.llm_models import resolve_llm_path
 from serve.faults import FaultHooks
 from serve.llm.generation import Generated, GenerationParams, Messages, Piece, collect
 from serve.llm.orphan_guard import guard_children
+from serve.tracing import detached_span
 from serve.types import Usage
 
 WARM_UP_SENTENCES = 40  # a prompt of about 400 tokens, the size answers send
@@ -88,12 +89,18 @@ class LLMEngine(FaultHooks):
         await self._injected_delay()
         prompt = self._prompt(messages)
         sent, counted = 0, Usage()
-        async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
-            text = output.outputs[0].text
-            usage = Usage.of(len(output.prompt_token_ids or ()), len(output.outputs[0].token_ids))
-            if len(text) > sent or usage != counted:  # the last output may add tokens (a stop string) but no text
-                yield Piece(text[sent:], usage)
-                sent, counted = len(text), usage
+        generation = detached_span("llm.generate", model=self.model_name, max_tokens=params.max_tokens)
+        try:
+            async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
+                text = output.outputs[0].text
+                usage = Usage.of(len(output.prompt_token_ids or ()), len(output.outputs[0].token_ids))
+                if len(text) > sent or usage != counted:  # the last output may add tokens (a stop string), no text
+                    yield Piece(text[sent:], usage)
+                    sent, counted = len(text), usage
+        finally:  # also when the caller stopped reading (the stage aborts a repeating answer)
+            generation.set_attribute("ragc.prompt_tokens", counted.prompt_tokens)
+            generation.set_attribute("ragc.completion_tokens", counted.completion_tokens)
+            generation.end()
 
     async def generate(self, messages: Messages, params: GenerationParams) -> Generated:
         return await collect(self.stream(messages, params))

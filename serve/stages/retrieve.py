@@ -8,9 +8,11 @@ cosine (a fused result only carries the RRF score), and a failing arm must degra
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +29,7 @@ from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
+from serve.tracing import span
 from serve.types import Passage, RetrievalResult
 
 logger = logging.getLogger(__name__)
@@ -270,14 +273,16 @@ class HybridRetriever:
         include_original = self._cfg.serve.rewrite.hyde_include_original
         embedded = "+".join(embedded_texts(query, hyde_passage, include_original))
         try:
-            vector = query_vector(embedder, query, hyde_passage, include_original)
+            with span("retrieve.embed", embedded=embedded):
+                vector = query_vector(embedder, query, hyde_passage, include_original)
         except Exception as exc:  # noqa: BLE001 - the BM25 arm can still answer
             logger.warning("query embedding failed", extra={"error": str(exc)})
             arms["dense"] = f"embedding failed: {exc}"
         jobs = {}
         if vector is not None:  # dense first: the fused entities keep the dense arm's exact cosine
-            jobs["dense"] = self._pool.submit(self._search_dense, [vector], expr)
-        jobs["bm25"] = self._pool.submit(self._search_bm25, [query], expr, None if vector is None else [vector])
+            jobs["dense"] = self._submit_arm("dense", tenant, self._search_dense, [vector], expr)
+        other = None if vector is None else [vector]
+        jobs["bm25"] = self._submit_arm("bm25", tenant, self._search_bm25, [query], expr, other)
         results: dict[str, list[Passage]] = {}
         for arm, job in jobs.items():
             try:
@@ -290,6 +295,17 @@ class HybridRetriever:
             self._client = None  # reconnect on the next call: a dropped connection must not stick
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
         return ArmHits(results, arms, vector is not None, embedded)
+
+    def _submit_arm(self, arm: str, tenant: str, search: Callable[..., list[list[Passage]]], *args: Any) -> Future[Any]:
+        """One arm's search on the pool, in a span of the current trace (pool threads do not inherit it)."""
+
+        def traced() -> list[list[Passage]]:
+            with span(f"retrieve.{arm}", tenant=tenant) as current:
+                hits = search(*args)
+                current.set_attribute("ragc.hits", len(hits[0]) if hits else 0)
+                return hits
+
+        return self._pool.submit(contextvars.copy_context().run, traced)
 
     def fuse(self, hits: ArmHits) -> RetrievalResult:
         """RRF over the arms' hits, then this retriever's floor."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import uuid
@@ -13,6 +14,7 @@ import pytest
 
 from cluster.config import RagcConfig
 from local.sidecars import start_milvus, start_redis, stop
+from tests.otlp import OtlpReceiver
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +45,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 
 
 @pytest.fixture(scope="session")
-def ray_session() -> Iterator[int]:
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """Where every replica of the session exports spans when an app turns tracing on: the standard
+    variable is set before Ray starts, so its workers inherit it."""
+    receiver = OtlpReceiver()
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="session")
+def ray_session(otlp_receiver: OtlpReceiver) -> Iterator[int]:
     """Local Ray for the session; yields the port its metrics agent serves Prometheus metrics on."""
     import ray
 

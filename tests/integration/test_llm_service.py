@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
 from tests.integration.conftest import free_port, make_config
+from tests.otlp import OtlpReceiver, ReceivedSpan
 from tests.sse import post_stream
 
 pytestmark = pytest.mark.integration
@@ -48,6 +50,7 @@ def service(
     from ray import serve
 
     from serve.app import build_app
+    from serve.tracing import serve_tracing_config
 
     root = tmp_path_factory.mktemp("llm-service")
     keys = root / "keys.json"
@@ -62,11 +65,13 @@ def service(
         # these tests assert the engine's own timeouts and restart per request; the circuit breaker in front
         # of a stalled stage is tested on its own app (test_query_service.py) and in tests/unit
         "breaker": {"enabled": False},
+        # spans go to the session's OTLP receiver (tests/integration/conftest.py)
+        "traces": {"enabled": True},
     }
     cfg = make_config(milvus_server, redis_server, root / "state", serve=serve_cfg)
     run_sync(cfg, DEMO_CORPUS, "llm")
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, tracing_config=serve_tracing_config(cfg.serve.traces))
     serve.run(build_app(cfg), name=APP, route_prefix="/", blocking=False)
     base = f"http://127.0.0.1:{port}"
     wait_for_http(base + "/readyz?full=1", timeout_s=420)
@@ -93,6 +98,48 @@ def assert_citations_point_at_passages(out: dict[str, Any]) -> None:
 def generated_by_the_engine(synthesize: dict[str, Any]) -> bool:
     """The engine answered: its text was served, or it was generated and then refused by the answer check."""
     return synthesize["status"] == "ok" or bool(GENERATED_THEN_REFUSED.match(synthesize["detail"]))
+
+
+def ancestors(span: ReceivedSpan, by_id: dict[str, ReceivedSpan]) -> list[str]:
+    names = []
+    while span.parent_id in by_id:
+        span = by_id[span.parent_id]
+        names.append(span.name)
+    return names
+
+
+def test_one_request_is_one_trace_across_deployments(service: dict[str, Any], otlp_receiver: OtlpReceiver) -> None:
+    """The caller's W3C traceparent is honoured: every span of the request is in its trace, Serve's spans
+    and ours, from the proxy through the ingress's stages to the retrieve and LLM replicas."""
+    trace_id, caller_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    headers = KEY | {"traceparent": f"00-{trace_id}-{caller_span}-01"}
+    body = {"query": "And how long are they kept?", "history": HISTORY, "rewrite": True}
+    reply = httpx.post(f"{service['base']}/v1/query", json=body, headers=headers, timeout=120)
+    assert reply.status_code == 200, reply.text
+    out = reply.json()
+    wanted = {"ragc.query", "ragc.rewrite", "ragc.retrieve", "ragc.retrieve.dense", "ragc.retrieve.bm25"}
+    wanted |= {"ragc.synthesize", "ragc.llm.generate"}
+    deadline = time.monotonic() + 60  # the replicas export in batches (every 5 s)
+    while time.monotonic() < deadline and not wanted <= {s.name for s in otlp_receiver.trace(trace_id)}:
+        time.sleep(1)
+    spans = otlp_receiver.trace(trace_id)
+    names = {s.name for s in spans}
+    assert wanted <= names, sorted(names)
+    by_id = {s.span_id: s for s in spans}
+    roots = [s for s in spans if s.parent_id not in by_id]
+    assert {s.parent_id for s in roots} == {caller_span}, [(s.name, s.parent_id) for s in roots]
+    assert any(not s.name.startswith("ragc.") for s in spans), "Serve's own spans are in the trace"
+    (query,) = [s for s in spans if s.name == "ragc.query"]
+    assert query.attributes["ragc.tenant"] == "llm" and query.attributes["ragc.request_id"] == out["request_id"]
+    assert query.attributes["ragc.stage.synthesize"] == out["stages"]["synthesize"]["status"]
+    assert query.attributes["ragc.passages"] == len(out["passages"])
+    for arm in ("ragc.retrieve.dense", "ragc.retrieve.bm25"):  # in the retrieve replica, under the ingress's stage
+        (found,) = [s for s in spans if s.name == arm]
+        assert "ragc.retrieve" in ancestors(found, by_id) and found.attributes["ragc.hits"] > 0
+    generations = [s for s in spans if s.name == "ragc.llm.generate"]
+    assert all("ragc.query" in ancestors(s, by_id) for s in generations)
+    assert any("ragc.synthesize" in ancestors(s, by_id) for s in generations)
+    assert sum(s.attributes["ragc.completion_tokens"] for s in generations) == out["usage"]["completion_tokens"]
 
 
 def test_readyz_reports_the_engine(service: dict[str, Any]) -> None:
