@@ -29,8 +29,9 @@ def start_serve(cfg: RagcConfig) -> None:
 
     from cluster.ray_runtime import ensure_ray
     from serve.app import build_app
-    from serve.tracing import serve_tracing_config
+    from serve.tracing import serve_tracing_config, tracing_env
 
+    os.environ.update(tracing_env(cfg.serve.traces))  # the Ray processes started below inherit it
     # the local cluster's Ray serves every replica's metrics on a known port; job Rays (ingest, eval) pick their own
     ensure_ray(
         cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"metrics_export_port": cfg.local.metrics_port})})

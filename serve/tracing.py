@@ -27,6 +27,18 @@ def otlp_span_processors() -> list[Any]:
     return [BatchSpanProcessor(OTLPSpanExporter())]
 
 
+def tracing_env(cfg: TracesConfig) -> dict[str, str]:
+    """What the Ray cluster's processes need in their environment: Serve's HTTP proxy reads only these
+    (it is not given `serve.start`'s tracing config in Ray 2.60), and without its span a caller's
+    `traceparent` is not honoured. Set before Ray starts (the local host), or on the Ray pods (the chart)."""
+    if not cfg.enabled:
+        return {}
+    return {
+        "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH": EXPORTER_IMPORT_PATH,
+        "RAY_SERVE_TRACING_SAMPLING_RATIO": f"{cfg.sampling_ratio:g}",
+    }
+
+
 def serve_tracing_config(cfg: TracesConfig) -> dict[str, Any]:
     """`serve.start(tracing_config=...)` and the Serve deploy config's `tracing_config`."""
     if not cfg.enabled:

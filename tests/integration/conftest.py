@@ -46,10 +46,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 
 @pytest.fixture(scope="session")
 def otlp_receiver() -> Iterator[OtlpReceiver]:
-    """Where every replica of the session exports spans when an app turns tracing on: the standard
-    variable is set before Ray starts, so its workers inherit it."""
+    """Where every process of the session's Ray exports spans: set before Ray starts, so its workers
+    inherit it. Tracing is thereby on for every Serve app of the tier (the proxy reads only the environment),
+    so every integration test also runs with it."""
+    from cluster.config import TracesConfig
+    from serve.tracing import tracing_env
+
     receiver = OtlpReceiver()
     os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"  # vLLM's own exporter defaults to gRPC
+    os.environ.update(tracing_env(TracesConfig(enabled=True)))
     yield receiver
     receiver.close()
 

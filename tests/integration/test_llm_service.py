@@ -113,10 +113,11 @@ def test_one_request_is_one_trace_across_deployments(service: dict[str, Any], ot
     and ours, from the proxy through the ingress's stages to the retrieve and LLM replicas."""
     trace_id, caller_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
     headers = KEY | {"traceparent": f"00-{trace_id}-{caller_span}-01"}
-    body = {"query": "And how long are they kept?", "history": HISTORY, "rewrite": True}
+    body = {"query": "And how are tenants kept apart?", "history": HISTORY, "rewrite": True}
     reply = httpx.post(f"{service['base']}/v1/query", json=body, headers=headers, timeout=120)
     assert reply.status_code == 200, reply.text
     out = reply.json()
+    assert not out["abstained"], out["stages"]
     wanted = {"ragc.query", "ragc.rewrite", "ragc.retrieve", "ragc.retrieve.dense", "ragc.retrieve.bm25"}
     wanted |= {"ragc.synthesize", "ragc.llm.generate"}
     deadline = time.monotonic() + 60  # the replicas export in batches (every 5 s)
