@@ -91,6 +91,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: AWS_DEFAULT_REGION
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.tracing.enabled }}
+{{- /* Serve's proxy and replicas read these (serve/tracing.py: tracing_env) */}}
+- name: RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH
+  value: serve.tracing:otlp_span_processors
+- name: RAY_SERVE_TRACING_SAMPLING_RATIO
+  value: {{ .Values.tracing.samplingRatio | quote }}
+- name: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+  value: {{ required "tracing.otlpEndpoint is required when tracing.enabled" .Values.tracing.otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+  value: http/protobuf
+- name: OTEL_SERVICE_NAME
+  value: {{ include "ragc.fullname" . }}
+{{- end }}
 {{- end -}}
 
 {{- define "ragc.volumeMounts" -}}

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from cluster.config import RagcConfig
+from serve.tracing import EXPORTER_IMPORT_PATH
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "ragc"
@@ -210,6 +211,25 @@ def test_object_store_credentials_come_only_from_the_secret() -> None:
     assert env["AWS_DEFAULT_REGION"]["value"] == "eu-west-1"
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "ragc-secrets" and "value" not in env[name]
+
+
+def test_tracing_reaches_every_ray_pod_only_when_enabled() -> None:
+    def env_of(values: dict[str, Any]) -> dict[str, Any]:
+        service = next(d for d in render(values) if d["kind"] == "RayService")
+        head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        workers = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        envs = [{e["name"]: e.get("value") for e in head["env"]}]
+        envs += [{e["name"]: e.get("value") for e in w["template"]["spec"]["containers"][0]["env"]} for w in workers]
+        assert all(env == envs[0] for env in envs[1:])  # the proxy on any pod, and every replica
+        return envs[0]
+
+    assert "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH" not in env_of(BASE)
+    endpoint = "http://otel-collector.observability:4318/v1/traces"
+    env = env_of({**BASE, "tracing": {"enabled": True, "otlpEndpoint": endpoint, "samplingRatio": 0.25}})
+    assert env["RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"] == EXPORTER_IMPORT_PATH
+    assert env["RAY_SERVE_TRACING_SAMPLING_RATIO"] == "0.25" and env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == endpoint
+    with pytest.raises(helm.HelmError, match="otlpEndpoint"):
+        render({**BASE, "tracing": {"enabled": True}})
 
 
 def test_the_bundled_stores_have_probes_and_redis_takes_the_password_from_the_secret() -> None:
