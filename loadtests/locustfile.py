@@ -1,7 +1,7 @@
 """Locust users that behave like clients of the query API.
 
     locust -f loadtests/locustfile.py --headless --host http://127.0.0.1:8000   (`make loadtest`)
-    RAGC_LOADTEST_PROFILE=smoke|steady|spike|path.yaml   load shape + SLOs (loadtests/profiles/)
+    RAGC_LOADTEST_PROFILE=smoke|steady|spike|chat|limits|path.yaml   users, load shape, SLOs (loadtests/profiles/)
     RAGC_LOADTEST_KEYS='{"key": "tenant", ...}' or a file   several tenants; unset = auth off (demo)
 
 The shape walks the profile's stages; when the run ends the SLOs are checked, a JSON summary is printed
@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -30,7 +31,40 @@ LABELLED = labelled_questions()
 HOT = list(DEMO_QUESTIONS[:4])  # asked again and again: the cache's share of real traffic
 
 
-class RagClient(HttpUser):
+SHED: Counter[int] = Counter()  # responses the service shed (the profile's shed statuses, with Retry-After)
+
+
+def judged(response: Any) -> bool:
+    """Marks a response shed (counted, not failed), failed (another status, or slower than the profile allows)
+    or leaves it to the caller's checks (True: a 200 in time)."""
+    limit = PROFILE.slos.max_response_ms
+    if limit is not None and response.elapsed.total_seconds() * 1000 > limit:
+        response.failure(f"answered after {response.elapsed.total_seconds():.1f} s: past the deadline")
+        return False
+    if response.status_code in PROFILE.shed_statuses:
+        if "retry-after" in {k.lower() for k in response.headers}:
+            SHED[response.status_code] += 1
+            response.success()
+        else:
+            response.failure(f"HTTP {response.status_code} without Retry-After")
+        return False
+    if response.status_code != 200:
+        response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
+        return False
+    return True
+
+
+def json_of(response: Any) -> dict[str, Any] | None:
+    try:
+        out = response.json()
+    except ValueError:
+        response.failure("not JSON")
+        return None
+    return out if isinstance(out, dict) else None
+
+
+class KeyedUser(HttpUser):
+    abstract = True
     wait_time = between(0.5, 2.0)
 
     def on_start(self) -> None:
@@ -40,24 +74,21 @@ class RagClient(HttpUser):
             self.headers["Authorization"] = f"Bearer {key}"
         self.asked = 0
 
+    def fresh_question(self) -> str:
+        pool = LABELLED if LABELLED and random.random() < 0.5 else list(DEMO_QUESTIONS)
+        return random.choice(pool)
+
+
+class RagClient(KeyedUser):
     def ask(self, name: str, body: dict[str, Any]) -> None:
         with self.client.post(
             "/v1/query", json=body, headers=self.headers, name=name, catch_response=True, timeout=120
         ) as response:
-            if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
+            if not judged(response):
                 return
-            try:
-                out = response.json()
-            except ValueError:
-                response.failure("not JSON")
-                return
-            if not isinstance(out.get("answer"), str) or "stages" not in out:
+            out = json_of(response)
+            if out is not None and (not isinstance(out.get("answer"), str) or "stages" not in out):
                 response.failure("response without answer/stages")
-
-    def fresh_question(self) -> str:
-        pool = LABELLED if LABELLED and random.random() < 0.5 else list(DEMO_QUESTIONS)
-        return random.choice(pool)
 
     @task(4)
     def fresh(self) -> None:
@@ -87,10 +118,10 @@ class RagClient(HttpUser):
         with self.client.post(
             "/v1/query", json=body, headers=self.headers, name="query:stream", catch_response=True, timeout=120
         ) as response:
-            events_seen = sse_event_names(response.text)
-            if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}: {response.text[:200]}")
-            elif not events_seen or events_seen[-1] != "final":
+            if not judged(response):
+                return
+            events_seen = [event.event for event in sse_events(response.text)]
+            if not events_seen or events_seen[-1] != "final":
                 response.failure(f"stream ended without a final event: {events_seen[-3:]}")
 
     @task(1)
@@ -98,10 +129,53 @@ class RagClient(HttpUser):
         self.client.get("/healthz", name="healthz")
 
 
-def sse_event_names(body: str) -> list[str]:
-    """The event names of a whole SSE body, parsed by httpx-sse (Locust's own client is requests-based)."""
+class ChatClient(KeyedUser):
+    """What an OpenAI client sends to the chat API (`openai`'s request shapes: model, messages, stream)."""
+
+    def chat(self, name: str, messages: list[dict[str, str]], stream: bool = False) -> None:
+        body = {"model": "ragc", "messages": messages, "stream": stream}
+        with self.client.post(
+            "/v1/chat/completions", json=body, headers=self.headers, name=name, catch_response=True, timeout=120
+        ) as response:
+            if not judged(response):
+                return
+            if stream:
+                data = [event.data for event in sse_events(response.text)]
+                if not data or data[-1] != "[DONE]":
+                    response.failure(f"stream did not end with [DONE]: {data[-2:]}")
+                return
+            out = json_of(response)
+            if out is not None and not isinstance(out.get("choices", [{}])[0].get("message", {}).get("content"), str):
+                response.failure("completion without choices[0].message.content")
+
+    @task(4)
+    def ask(self) -> None:
+        self.chat("chat:ask", [{"role": "user", "content": self.fresh_question()}])
+
+    @task(2)
+    def conversation(self) -> None:
+        first = random.choice(DEMO_QUESTIONS)
+        messages = [
+            {"role": "system", "content": "Answer from the documents."},
+            {"role": "user", "content": first},
+            {"role": "assistant", "content": "It depends on the config."},
+            {"role": "user", "content": random.choice(FOLLOW_UPS)},
+        ]
+        self.chat("chat:conversation", messages)
+
+    @task(1)
+    def streaming(self) -> None:
+        self.chat("chat:stream", [{"role": "user", "content": self.fresh_question()}], stream=True)
+
+
+for user_class in (RagClient, ChatClient):  # the profile's users run; Locust skips abstract classes
+    user_class.abstract = user_class.__name__ not in PROFILE.users
+
+
+def sse_events(body: str) -> list[Any]:
+    """The events of a whole SSE body, parsed by httpx-sse (Locust's own client is requests-based)."""
     response = httpx.Response(200, headers={"content-type": "text/event-stream"}, text=body)
-    return [event.event for event in EventSource(response).iter_sse()]
+    return list(EventSource(response).iter_sse())
 
 
 class ProfileShape(LoadTestShape):
@@ -134,7 +208,12 @@ def check_slos(environment: Environment, **_: Any) -> None:
     if environment.runner is None or type(environment.runner).__name__ == "WorkerRunner":
         return
     stats = summarize(environment)
-    problems = slo_violations(PROFILE, stats)
-    print(json.dumps({"loadtest": "summary", "slo_ok": not problems, "violations": problems, "stats": stats}))
+    problems = slo_violations(PROFILE, stats, sum(SHED.values()))
+    shed = {str(status): count for status, count in sorted(SHED.items())}
+    print(
+        json.dumps(
+            {"loadtest": "summary", "slo_ok": not problems, "violations": problems, "shed": shed, "stats": stats}
+        )
+    )
     # Locust exits 1 on any failed request; the profile's failure-ratio SLO decides instead.
     environment.process_exit_code = 1 if problems else 0
