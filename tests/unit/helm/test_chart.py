@@ -213,6 +213,28 @@ def test_object_store_credentials_come_only_from_the_secret() -> None:
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "ragc-secrets" and "value" not in env[name]
 
 
+def test_the_grafana_dashboard_queries_only_metrics_the_service_records() -> None:
+    import re
+
+    assert not [d for d in render(BASE) if d["metadata"]["name"].endswith("-dashboard")]
+    (config_map,) = [
+        d
+        for d in render({**BASE, "grafana": {"dashboard": {"enabled": True}}})
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")
+    ]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["ragc.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    recorded = set(re.findall(r'"(ragc_[a-z_]+)"', (ROOT / "serve" / "metrics.py").read_text()))
+    queried = {
+        re.sub(r"_(total|bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"ray_(ragc_[a-z_]+)", e)
+    }
+    assert queried and queried <= recorded, queried - recorded  # Ray prefixes ray_; counters end in _total
+    titles = " ".join(p["title"] for p in dashboard["panels"])
+    for wanted in ("Queries per second", "p50", "p95", "Fallbacks", "Cache hit", "429", "tokens per tenant"):
+        assert wanted in titles
+
+
 def test_tracing_reaches_every_ray_pod_only_when_enabled() -> None:
     def env_of(values: dict[str, Any]) -> dict[str, Any]:
         service = next(d for d in render(values) if d["kind"] == "RayService")
