@@ -24,4 +24,8 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.llm import bench_llm
 
         return bench_llm(cfg, args.dataset, args.limit)
+    if args.target == "tracing":
+        from bench.tracing import bench_tracing
+
+        return bench_tracing(cfg, args.dataset, args.limit, args.clients, args.duration)
     raise ValueError(f"unknown bench target {args.target!r}")

@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    bench.add_argument("target", choices=["ingest", "query", "cache", "llm"])
+    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing"])
     bench.add_argument(
         "--dataset", type=Path, required=True, help="BEIR folder (corpus*.jsonl); llm: the TREC CAsT folder"
     )

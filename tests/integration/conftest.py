@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cluster.config import RagcConfig
+from local.otlp import OtlpReceiver
 from local.sidecars import start_milvus, start_redis, stop
-from tests.otlp import OtlpReceiver
 
 pytestmark = pytest.mark.integration
 

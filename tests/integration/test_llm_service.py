@@ -20,8 +20,8 @@ import pytest
 from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
+from local.otlp import OtlpReceiver, ReceivedSpan
 from tests.integration.conftest import free_port, make_config
-from tests.otlp import OtlpReceiver, ReceivedSpan
 from tests.sse import post_stream
 
 pytestmark = pytest.mark.integration

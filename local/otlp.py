@@ -1,5 +1,6 @@
-"""A local OTLP/HTTP trace receiver (what a collector does, for tests): the replicas' exporters post
-`ExportTraceServiceRequest` protobufs to /v1/traces; the spans are kept for the test to read."""
+"""A local OTLP/HTTP trace receiver (what a collector does, for the tests and `ragc bench tracing`): the
+exporters of the Ray processes post `ExportTraceServiceRequest` protobufs to /v1/traces; the spans are kept
+for the caller to read."""
 
 from __future__ import annotations
 
