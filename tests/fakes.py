@@ -9,6 +9,7 @@ from typing import Any
 
 from cluster.embedding_cache import EmbeddingCache
 from serve.llm.generation import Generated, Piece
+from serve.llm.load import EngineLoad
 from serve.roles import Stages
 from serve.types import Usage
 
@@ -163,6 +164,8 @@ class ScriptedGenerator:
         self.word_delay_s = word_delay_s  # a slow engine: each streamed word takes this long
         self.calls: list[tuple[list[dict[str, str]], object]] = []
         self.abandoned = 0  # streams the caller stopped reading (and closed) before their end
+        self.in_flight = 0  # what `load` reports; predicted_s set: a busy engine
+        self.predicted_s: float | None = None
 
     def _next(self, messages, params) -> str:  # type: ignore[no-untyped-def]
         self.calls.append((messages, params))
@@ -186,6 +189,9 @@ class ScriptedGenerator:
     async def prompt_tokens(self, prompts):  # type: ignore[no-untyped-def]
         """One token per whitespace-separated word of every message."""
         return [sum(len(m["content"].split()) for m in messages) for messages in prompts]
+
+    async def load(self) -> EngineLoad:
+        return EngineLoad(self.in_flight, self.predicted_s)
 
     async def stream(self, messages, params):  # type: ignore[no-untyped-def]
         text = self._next(messages, params)

@@ -258,6 +258,11 @@ class SynthesizeConfig(Section):
         description="the modes a request may ask for (`mode`); others are refused with 400",
     )
     timeout_s: float = Field(default=25.0, gt=0, description="whole generation (CPU default; tighten on GPU)")
+    admission: bool = Field(
+        default=True,
+        description="refuse an answer at once (extractive instead) when the engine's load says it cannot finish "
+        "within timeout_s",
+    )
     engine: str = Field(default="default", description="the `serve.llm.engines` entry that answers")
     max_tokens: int = Field(
         default=80,

@@ -15,6 +15,7 @@ from cluster.config import LLMEngineConfig, RagcConfig
 from cluster.llm_models import resolve_llm_path
 from serve.faults import FaultHooks
 from serve.llm.generation import Generated, GenerationParams, Messages, Piece, collect
+from serve.llm.load import EngineLoad, LoadModel
 from serve.llm.orphan_guard import guard_children
 from serve.tracing import detached_span
 from serve.types import Usage
@@ -64,6 +65,7 @@ class LLMEngine(FaultHooks):
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self._stream_interval = ecfg.stream_interval
         self._warm_up: asyncio.Task[None] | None = None
+        self._load = LoadModel()
         self.warm_up_s: float | None = None
 
     def _prompt(self, messages: Messages) -> str:
@@ -90,6 +92,7 @@ class LLMEngine(FaultHooks):
         prompt = self._prompt(messages)
         sent, counted = 0, Usage()
         generation = detached_span("llm.generate", model=self.model_name, max_tokens=params.max_tokens)
+        started, beside = time.monotonic(), self._engine.get_num_unfinished_requests()
         try:
             async for output in self._engine.generate(prompt, self._sampling(params), request_id=uuid.uuid4().hex):
                 text = output.outputs[0].text
@@ -97,10 +100,17 @@ class LLMEngine(FaultHooks):
                 if len(text) > sent or usage != counted:  # the last output may add tokens (a stop string), no text
                     yield Piece(text[sent:], usage)
                     sent, counted = len(text), usage
+            # a finished request teaches the load model (one stopped early would understate the time)
+            in_flight = (beside + 1 + self._engine.get_num_unfinished_requests() + 1) / 2
+            self._load.observe(time.monotonic() - started, in_flight)
         finally:  # also when the caller stopped reading (the stage aborts a repeating answer)
             generation.set_attribute("ragc.prompt_tokens", counted.prompt_tokens)
             generation.set_attribute("ragc.completion_tokens", counted.completion_tokens)
             generation.end()
+
+    async def load(self) -> EngineLoad:
+        """`TextGenerator.load`: the requests in flight and how long a new one would take now."""
+        return self._load.load(self._engine.get_num_unfinished_requests())
 
     async def generate(self, messages: Messages, params: GenerationParams) -> Generated:
         return await collect(self.stream(messages, params))

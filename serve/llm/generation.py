@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from serve.llm.load import EngineLoad
 from serve.types import Usage
 
 Messages = list[dict[str, str]]
@@ -48,6 +49,10 @@ class TextGenerator(Protocol):
         """Tokens of each prompt as the engine will see it (chat template included)."""
         ...
 
+    async def load(self) -> EngineLoad:
+        """The requests in flight and how long a new one would take now (serve/llm/load.py)."""
+        ...
+
 
 class HandleGenerator:
     """`TextGenerator` over a deployment handle of `serve.llm_engine.LLMEngine`; `stream` is a
@@ -79,6 +84,9 @@ class HandleGenerator:
 
     async def prompt_tokens(self, prompts: list[Messages]) -> list[int]:
         return await self._handle.prompt_tokens.remote(prompts)
+
+    async def load(self) -> EngineLoad:
+        return await self._handle.load.remote()
 
 
 async def collect(stream: AsyncGenerator[Piece, None]) -> Generated:

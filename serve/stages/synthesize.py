@@ -76,6 +76,10 @@ class ContextBudgetError(RuntimeError):
     pass
 
 
+class EngineBusyError(RuntimeError):
+    pass
+
+
 class SynthesizeStage(FaultHooks):
     """Streams the LLM's answer (text deltas), then yields the checked `Synthesis`; without an LLM it
     yields the extractive answer alone."""
@@ -139,7 +143,9 @@ class SynthesizeStage(FaultHooks):
         if self._llm is None:
             yield extractive_answer(query, passages, self._cfg)
             return
+        started = time.monotonic()
         spent: list[Usage] = []  # what each LLM call cost, up to where it was read
+        await self._admit(started)
         context = await self._context_that_fits(query, passages, context)
         items = (
             self._compact(query, passages, output_pattern, context, spent)
@@ -381,6 +387,20 @@ class SynthesizeStage(FaultHooks):
             earlier_answer,
             self._cfg.passage_excerpt_chars,
         )
+
+    async def _admit(self, started: float) -> None:
+        """Admission by the engine's own load: when it predicts that a new answer cannot finish within this
+        stage's timeout, refuse now (the pipeline serves the extractive answer at once) rather than wait."""
+        if not self._cfg.admission:
+            return
+        assert self._llm is not None
+        load = await self._llm.load()
+        left = self._cfg.timeout_s * (1 - RESULT_MARGIN) - (time.monotonic() - started)
+        if load.predicted_s is not None and load.predicted_s > left:
+            raise EngineBusyError(
+                f"engine busy: {load.in_flight} requests in flight, a new answer would take about "
+                f"{load.predicted_s:.0f}s and {left:.0f}s are left"
+            )
 
     def _prompt_room(self, reserve: int = 0) -> int:
         room = self._max_model_len - self._cfg.max_tokens
