@@ -81,12 +81,21 @@ def stage_failure(stage: str, exc: Exception, timeout_s: float) -> StageFailure:
     return StageFailure(failure_reason(exc))
 
 
+REASON_MAX_CHARS = 300
+
+
 def failure_reason(exc: BaseException) -> str:
-    """One line for the client: a remote stage's own exception, not Ray's wrapper and traceback."""
+    """One line for the client: a remote stage's own exception (its whole message on one line: a gRPC error's
+    spans several), not Ray's wrapper and traceback (of which the last line is the exception)."""
     cause = getattr(exc, "cause", None)
-    root = cause if isinstance(cause, BaseException) else exc
-    lines = str(root).strip().splitlines()
-    return f"{type(root).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+    if isinstance(cause, BaseException):
+        root, text = cause, " ".join(str(cause).split())
+    else:
+        lines = str(exc).strip().splitlines()
+        root, text = exc, lines[-1] if lines else ""
+    if len(text) > REASON_MAX_CHARS:
+        text = text[: REASON_MAX_CHARS - 1] + "…"
+    return f"{type(root).__name__}: {text}".rstrip(": ")
 
 
 async def emit_tokens(answer: str, emit: Emit | None) -> None:

@@ -101,6 +101,7 @@ class HybridRetriever:
         self._rcfg = cfg.serve.retrieve
         self._embedder = embedder
         self._client: Any = None
+        self._stale = False  # both arms failed: reconnect before the next search
         self._collections: Collections | None = None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve")
         self._version: TTLCache[str, int] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
@@ -172,6 +173,15 @@ class HybridRetriever:
         """The embedder (loaded on first use), once Milvus is reachable; raises with the reason if not."""
         if self._embedder is None:
             self.warm_up()
+        if self._stale:
+            # a new client replaces the old one in one assignment: requests in flight keep a usable
+            # reference (setting it to None first failed them with "'NoneType' object has no attribute")
+            self._stale = False
+            try:
+                client = connect(self._cfg)
+                self._collections, self._client = Collections(client, self._cfg), client
+            except Exception as exc:  # noqa: BLE001 - the old client is kept; check_ready says why
+                logger.warning("milvus reconnect failed", extra={"error": str(exc)})
         if self._client is None and not self.check_ready():
             raise RuntimeError(self.not_ready_reason or "retriever not ready")
         assert self._embedder is not None
@@ -292,7 +302,7 @@ class HybridRetriever:
                 logger.warning("retrieval arm failed", extra={"arm": arm, "error": str(exc)})
                 arms[arm] = f"failed: {exc}"
         if not results:
-            self._client = None  # reconnect on the next call: a dropped connection must not stick
+            self._stale = True  # reconnect on the next call: a dropped connection must not stick
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
         return ArmHits(results, arms, vector is not None, embedded)
 

@@ -16,7 +16,8 @@ import pytest
 
 from tests.eval.conftest import SHARED, RagcCli, make_cli
 
-# two slices of 20 questions: ~4-5 s each on 2 cores, plus INSCIT's corpus (~1 min) and two engine starts
+# two slices of 20 questions: ~5 s each on 2 cores, plus INSCIT's corpus (~1 min) and two engine starts; it runs
+# after the SciFact gate (tests/eval/conftest.py), whose collection it reuses
 pytestmark = [pytest.mark.eval, pytest.mark.timeout(2400)]
 
 SLICE = "20"

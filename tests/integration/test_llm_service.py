@@ -120,8 +120,17 @@ def test_one_request_is_one_trace_across_deployments(service: dict[str, Any], ot
     assert not out["abstained"], out["stages"]
     wanted = {"ragc.query", "ragc.rewrite", "ragc.retrieve", "ragc.retrieve.dense", "ragc.retrieve.bm25"}
     wanted |= {"ragc.synthesize", "ragc.llm.generate"}
-    deadline = time.monotonic() + 60  # the replicas export in batches (every 5 s)
-    while time.monotonic() < deadline and not wanted <= {s.name for s in otlp_receiver.trace(trace_id)}:
+
+    def complete(spans: list[ReceivedSpan]) -> bool:
+        """Every wanted span is in, and every span's parent too (but the caller's): each process exports its own
+        batches, so the proxy's span may arrive after the replicas'."""
+        ids = {s.span_id for s in spans}
+        return wanted <= {s.name for s in spans} and {s.parent_id for s in spans if s.parent_id not in ids} == {
+            caller_span
+        }
+
+    deadline = time.monotonic() + 90  # the processes export in batches (every 5 s)
+    while time.monotonic() < deadline and not complete(otlp_receiver.trace(trace_id)):
         time.sleep(1)
     spans = otlp_receiver.trace(trace_id)
     names = {s.name for s in spans}

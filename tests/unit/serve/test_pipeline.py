@@ -119,6 +119,16 @@ def test_remote_failures_are_reported_by_their_cause() -> None:
     assert failure_reason(Wrapped()) == "RuntimeError: both retrieval arms failed: dense: timeout"
     assert failure_reason(ValueError("a\nb")) == "ValueError: b"
 
+    class WrappedGrpc(Exception):  # a Milvus search that ran out of time, raised in the replica
+        def __init__(self) -> None:
+            super().__init__("ray::ServeReplica traceback\nRuntimeError: >")
+            self.cause = RuntimeError("both retrieval arms failed: dense: <_InactiveRpcError\n\tstatus = DEADLINE\n>")
+
+    assert (
+        failure_reason(WrappedGrpc())
+        == "RuntimeError: both retrieval arms failed: dense: <_InactiveRpcError status = DEADLINE >"
+    )
+
 
 def top_logit_model(threshold: float = 0.5) -> AnswerabilityModel:
     """p = sigmoid(top logit): answerable above a logit of 0 (the other features weigh nothing)."""
