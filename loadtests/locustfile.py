@@ -168,8 +168,14 @@ class ChatClient(KeyedUser):
         self.chat("chat:stream", [{"role": "user", "content": self.fresh_question()}], stream=True)
 
 
-for user_class in (RagClient, ChatClient):  # the profile's users run; Locust skips abstract classes
-    user_class.abstract = user_class.__name__ not in PROFILE.users
+def choose_users(profile: Profile) -> None:
+    """The profile's users run; Locust skips abstract classes. (A module-level loop variable would be one more
+    user class to Locust, which refuses two of one name.)"""
+    for user_class in (RagClient, ChatClient):
+        user_class.abstract = user_class.__name__ not in profile.users
+
+
+choose_users(PROFILE)
 
 
 def sse_events(body: str) -> list[Any]:
