@@ -5,6 +5,7 @@ answer's citations are validated against the passages actually sent (serve.synth
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from serve.extractive import best_excerpt
 from serve.llm.generation import Messages
@@ -108,6 +109,21 @@ def cited_sentences_pattern(passages_sent: int, sentences: int = 3) -> str:
     numbers = "|".join(str(n) for n in range(passages_sent, 0, -1))  # longest first: [12] before [1]
     sentence = rf"[A-Z][^\[\]\n]{{10,300}} \[(?:{numbers})\]\."
     return rf"{sentence}(?: {sentence}){{0,{sentences - 1}}}"
+
+
+SHORTENED_SHARES = (0.75, 0.5, 0.3, 0.15)  # of the passage as sent, longest first
+
+
+def shortened_passages(passage: Passage, passage_max_chars: int) -> list[Passage]:
+    """Copies of a passage whose text is cut at a word to shares of what the prompt would send, longest
+    first: for a passage too long to fit the prompt budget alone (a long abstract on a CPU-sized context)."""
+    words = " ".join(passage.text.split())[:passage_max_chars]
+    cuts: list[str] = []
+    for share in SHORTENED_SHARES:
+        cut = words[: int(len(words) * share)].rsplit(" ", 1)[0]
+        if cut and (not cuts or len(cut) < len(cuts[-1])):
+            cuts.append(cut)
+    return [replace(passage, text=cut) for cut in cuts]
 
 
 def synthesis_messages(

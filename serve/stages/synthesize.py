@@ -21,7 +21,13 @@ from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, che
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages, as_generator
-from serve.llm.prompts import cited_sentences_pattern, combine_messages, recent_history, synthesis_messages
+from serve.llm.prompts import (
+    cited_sentences_pattern,
+    combine_messages,
+    recent_history,
+    shortened_passages,
+    synthesis_messages,
+)
 from serve.types import AnswerContext, Passage, StreamReset, Synthesis, SynthesisItem, Usage
 
 CITATION = re.compile(r"\[(\d+)\]")
@@ -196,9 +202,9 @@ class SynthesizeStage(FaultHooks):
         spent: list[Usage],
     ) -> AsyncIterator[SynthesisItem]:
         started = time.monotonic()
-        sent, prompt_tokens = await self._passages_that_fit(query, passages, context)
-        budget = PromptBudget(sent, len(passages) - sent, prompt_tokens)
-        passages = passages[:sent]
+        fitting, prompt_tokens = await self._passages_that_fit(query, passages, context)
+        budget = PromptBudget(len(fitting), len(passages) - len(fitting), prompt_tokens)
+        passages = fitting
         check = self._cfg.check
         strict = False
         # the stage returns its own verdict a little before the pipeline's timeout would cut it off
@@ -257,23 +263,24 @@ class SynthesizeStage(FaultHooks):
         started = time.monotonic()
         deadline = started + self._cfg.timeout_s * (1 - RESULT_MARGIN)
         batches = await self._batches(query, passages, context, mode)
-        sent = batches[-1][1] if batches else 0
+        sent_passages = [passage for _, batch in batches for passage in batch]
+        sent = len(sent_passages)
         params = GenerationParams(self._cfg.max_tokens, self._cfg.temperature)
         planned = len(batches) + (1 if mode == "tree_summarize" and len(batches) > 1 else 0)
         answers: list[str] = []  # refine: the answer so far; else one per batch
         calls, cut, streamed = 0, False, False
-        for n, (start, end) in enumerate(batches):
+        for n, (start, batch) in enumerate(batches):
             if time.monotonic() > deadline:
                 cut = True
                 break
             earlier = answers[-1] if mode == "refine" and answers else None
-            messages = self._messages(query, passages[start:end], False, context, start + 1, earlier)
+            messages = self._messages(query, batch, False, context, start + 1, earlier)
             # accumulate streams every answer; refine and a one-batch tree stream their last call
             streams = mode == "accumulate" or n == len(batches) - 1
             if streams and streamed:
                 yield "\n\n"
             sink: list[str] = []
-            async for piece in self._call(messages, params, deadline, sink, spent, passages[start:end]):
+            async for piece in self._call(messages, params, deadline, sink, spent, batch):
                 if streams:
                     streamed = True
                     yield piece
@@ -289,7 +296,8 @@ class SynthesizeStage(FaultHooks):
             if streamed:
                 yield StreamReset("combining the batches' answers")
                 streamed = False
-            async for piece in self._call(combine_messages(query, answers), params, deadline, sink, spent, passages):
+            combine = combine_messages(query, answers)
+            async for piece in self._call(combine, params, deadline, sink, spent, sent_passages):
                 streamed = True
                 yield piece
             calls += 1
@@ -302,7 +310,7 @@ class SynthesizeStage(FaultHooks):
         if mode == "accumulate" and self._cfg.check.enabled and answers:
             # each passage's answer is checked alone: answers to one question share phrases, which in
             # one text would read as repetition; an answer that fails is dropped, the others are served
-            verdicts = [await self._verdict(part, query, passages[:sent]) for part in answers]
+            verdicts = [await self._verdict(part, query, sent_passages) for part in answers]
             dropped = [v.reason for v in verdicts if not v.passed]
             kept = [(part, v) for part, v in zip(answers, verdicts, strict=True) if v.passed]
             if dropped and kept:
@@ -327,7 +335,7 @@ class SynthesizeStage(FaultHooks):
             )
             return
         if verdict is None:
-            verdict = await self._verdict(answer, query, passages[:sent])
+            verdict = await self._verdict(answer, query, sent_passages)
         yield budget.synthesis(
             answer,
             cited,
@@ -348,20 +356,22 @@ class SynthesizeStage(FaultHooks):
 
     async def _batches(
         self, query: str, passages: list[Passage], context: AnswerContext | None, mode: ResponseMode
-    ) -> list[tuple[int, int]]:
-        """Consecutive [start, end) ranges of the passages, each as long as fits the prompt budget
-        (accumulate: one passage each; refine keeps room for the earlier answer, `max_tokens` long)."""
+    ) -> list[tuple[int, list[Passage]]]:
+        """Consecutive batches of the passages, as (index of the first, the passages sent), each as long as
+        fits the prompt budget (accumulate: one passage each; refine keeps room for the earlier answer,
+        `max_tokens` long)."""
         if mode == "accumulate":
-            for start in range(len(passages)):
-                await self._passages_that_fit(query, passages[start : start + 1], context)
-            return [(start, start + 1) for start in range(len(passages))]
+            return [
+                (start, (await self._passages_that_fit(query, [passage], context, start + 1))[0])
+                for start, passage in enumerate(passages)
+            ]
         reserve = self._cfg.max_tokens if mode == "refine" else 0
-        batches: list[tuple[int, int]] = []
+        batches: list[tuple[int, list[Passage]]] = []
         start = 0
         while start < len(passages):
-            fits, _ = await self._passages_that_fit(query, passages[start:], context, start + 1, reserve)
-            batches.append((start, start + fits))
-            start += fits
+            fitting, _ = await self._passages_that_fit(query, passages[start:], context, start + 1, reserve)
+            batches.append((start, fitting))
+            start += len(fitting)
         return batches
 
     def _messages(
@@ -436,11 +446,12 @@ class SynthesizeStage(FaultHooks):
         context: AnswerContext | None,
         first_number: int = 1,
         reserve: int = 0,
-    ) -> tuple[int, int]:
-        """How many of the passages, in order, fit the prompt budget (`max_prompt_tokens`, and the engine's
-        context with `max_tokens` left to generate; the strict retry's longer system prompt included), and
-        the tokens of that prompt, counted by the engine's own tokenizer. `reserve`: tokens kept free for
-        text added later (refine's earlier answer)."""
+    ) -> tuple[list[Passage], int]:
+        """The passages, in order, that fit the prompt budget (`max_prompt_tokens`, and the engine's context
+        with `max_tokens` left to generate; the strict retry's longer system prompt included), and the tokens
+        of that prompt, counted by the engine's own tokenizer. A first passage too long to fit alone is sent
+        shortened (cut at a word) rather than not at all. `reserve`: tokens kept free for text added later
+        (refine's earlier answer)."""
         assert self._llm is not None
         prompts = [
             self._messages(query, passages[:k], True, context, first_number) for k in range(1, len(passages) + 1)
@@ -448,13 +459,22 @@ class SynthesizeStage(FaultHooks):
         tokens = await self._llm.prompt_tokens(prompts)
         room = self._prompt_room(reserve)
         fits = sum(1 for n in tokens if n <= room)  # counts grow with k: the fitting ones are a prefix
-        if fits == 0:
+        if fits:
+            return passages[:fits], tokens[fits - 1]
+        shortened = shortened_passages(passages[0], self._cfg.passage_max_chars)
+        counted = await self._llm.prompt_tokens(
+            [self._messages(query, [p], True, context, first_number) for p in shortened]
+        )
+        longest = next(((p, n) for p, n in zip(shortened, counted, strict=True) if n <= room), None)
+        if longest is None:
             raise ContextBudgetError(
-                f"one passage and the question take {tokens[0]} tokens; the prompt budget is {room} "
+                f"the question leaves no room for a passage: with one passage cut to "
+                f"{len(shortened[-1].text) if shortened else 0} characters the prompt takes "
+                f"{counted[-1] if counted else tokens[0]} tokens; the prompt budget is {room} "
                 f"(max_prompt_tokens {self._cfg.max_prompt_tokens}, max_model_len {self._max_model_len} "
                 f"less max_tokens {self._cfg.max_tokens})"
             )
-        return fits, tokens[fits - 1]
+        return [longest[0]], longest[1]
 
     @staticmethod
     def _checked(

@@ -342,6 +342,27 @@ def test_a_repeating_answer_is_stopped_as_soon_as_it_repeats() -> None:
     assert isinstance(items[-1], Synthesis) and items[-1].grounded and items[-1].attempts == 2
 
 
+def test_a_passage_too_long_for_the_prompt_alone_is_sent_shortened() -> None:
+    """A long abstract that cannot fit the budget even alone used to fail the answer (ContextBudgetError,
+    1 of 20 SciFact claims in the answer gate); it is now cut at a word until it fits."""
+    filler = " ".join(f"detail{i}" for i in range(150))
+    long = Passage("c0", "d0", "t1", f"Passage 0 says tenants are kept apart. {filler} closing words.", title="T0")
+    llm = ScriptedGenerator([SUPPORTED])
+    stage = synthesize_stage(
+        RagcConfig.model_validate(
+            {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 180}}}}}
+        ),
+        llm,
+        support=EmbeddingSupport(HashEmbedder(dim=512)),
+    )
+    final = synthesize(stage, [long, *passages(2)[1:]])[-1]
+    assert final.passages_sent == 1 and final.passages_cut == 1 and final.grounded
+    assert final.prompt_tokens <= 160
+    ((messages, _),) = llm.calls
+    prompt = messages[-1]["content"]
+    assert "[1] (T0) Passage 0 says tenants are kept apart. detail0" in prompt and "closing words" not in prompt
+
+
 def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> None:
     stage = synthesize_stage(
         RagcConfig.model_validate(
