@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import time
 from collections import Counter
 from typing import Any
 
@@ -21,7 +22,7 @@ from httpx_sse import EventSource
 from locust import HttpUser, LoadTestShape, between, events, task
 from locust.env import Environment
 
-from loadtests.profile import Profile, load_profile, slo_violations
+from loadtests.profile import Profile, answer_outcome, load_profile, shed_timing, slo_violations
 from loadtests.questions import DEMO_QUESTIONS, FILTERS, FOLLOW_UPS, api_keys, labelled_questions, paraphrase
 
 logger = logging.getLogger("ragc.loadtest")
@@ -32,6 +33,14 @@ HOT = list(DEMO_QUESTIONS[:4])  # asked again and again: the cache's share of re
 
 
 SHED: Counter[int] = Counter()  # responses the service shed (the profile's shed statuses, with Retry-After)
+SHED_AT_S: list[float] = []  # run time of each
+ANSWERS: Counter[str] = Counter()  # how the query API's answers were made: llm, cache, or the fallback's reason
+STARTED = [time.monotonic()]
+
+
+@events.test_start.add_listener
+def started(**_: Any) -> None:
+    STARTED[0] = time.monotonic()
 
 
 def judged(response: Any) -> bool:
@@ -44,6 +53,7 @@ def judged(response: Any) -> bool:
     if response.status_code in PROFILE.shed_statuses:
         if "retry-after" in {k.lower() for k in response.headers}:
             SHED[response.status_code] += 1
+            SHED_AT_S.append(time.monotonic() - STARTED[0])
             response.success()
         else:
             response.failure(f"HTTP {response.status_code} without Retry-After")
@@ -89,6 +99,8 @@ class RagClient(KeyedUser):
             out = json_of(response)
             if out is not None and (not isinstance(out.get("answer"), str) or "stages" not in out):
                 response.failure("response without answer/stages")
+            elif out is not None:
+                ANSWERS[answer_outcome(out["stages"])] += 1
 
     @task(4)
     def fresh(self) -> None:
@@ -218,7 +230,15 @@ def check_slos(environment: Environment, **_: Any) -> None:
     shed = {str(status): count for status, count in sorted(SHED.items())}
     print(
         json.dumps(
-            {"loadtest": "summary", "slo_ok": not problems, "violations": problems, "shed": shed, "stats": stats}
+            {
+                "loadtest": "summary",
+                "slo_ok": not problems,
+                "violations": problems,
+                "shed": shed,
+                "shed_timing": shed_timing(PROFILE, SHED_AT_S),
+                "answers": dict(ANSWERS.most_common()),
+                "stats": stats,
+            }
         )
     )
     # Locust exits 1 on any failed request; the profile's failure-ratio SLO decides instead.

@@ -84,3 +84,38 @@ def slo_violations(profile: Profile, stats: dict[str, dict[str, float]], shed: i
         if row["p95_ms"] > limit:
             problems.append(f"{name}: p95 {row['p95_ms']:.0f} ms > {limit:.0f} ms")
     return problems
+
+
+def shed_timing(profile: Profile, shed_at_s: list[float]) -> dict[str, Any] | None:
+    """When the service began and stopped shedding, against the profile's stages (`shed_at_s`: run time of
+    each shed response). `time_to_shed_s`: from the start of the stage of the first shed to it;
+    `time_to_recover_s`: from the start of the last stage (the load dropping back) to its last shed, 0 when
+    it shed nothing; None when nothing was shed."""
+    if not shed_at_s:
+        return None
+    starts = [sum(s.duration_s for s in profile.stages[:n]) for n in range(len(profile.stages))]
+    first = min(shed_at_s)
+    stage = max(n for n, start in enumerate(starts) if start <= first)
+    in_last = [t for t in shed_at_s if t >= starts[-1]]
+    return {
+        "first_shed_stage": profile.stages[stage].name,
+        "time_to_shed_s": round(first - starts[stage], 1),
+        "last_stage": profile.stages[-1].name,
+        "time_to_recover_s": round(max(in_last) - starts[-1], 1) if in_last else 0.0,
+        "shed_in_last_stage": len(in_last),
+    }
+
+
+def answer_outcome(stages: dict[str, Any]) -> str:
+    """`llm`, `cache hit_*`, `abstained`, or the fallback's reason (circuit open, engine busy, timeout, ...)."""
+    cache = str(stages.get("cache", {}).get("status", ""))
+    if cache.startswith("hit"):
+        return f"cache {cache}"
+    synthesize = stages.get("synthesize", {})
+    status, detail = synthesize.get("status", "none"), str(synthesize.get("detail") or "")
+    if status == "ok":
+        return "llm"
+    for reason in ("abstained", "circuit open", "engine busy", "timed out", "timeout"):
+        if reason in detail:
+            return reason if reason == "abstained" else f"fallback: {reason}"
+    return f"{status}: {detail.split(':')[0][:40]}"
