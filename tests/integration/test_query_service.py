@@ -8,6 +8,7 @@ are extractive); tests/integration/test_llm_service.py runs the app with the vLL
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ingest_jobs.sync import run_sync
 from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
 from serve.answerability import FEATURES, AnswerabilityModel, OperatingPoint
+from tests.clients.client_env import client_python
 from tests.integration.conftest import free_port, make_config
 from tests.sse import post_stream
 
@@ -351,6 +353,48 @@ def test_the_openai_stream_ends_with_the_extension_and_done(service: dict[str, A
     ext = last.model_extra["ragc"]
     assert ext["tenant"] == "beta" and ext["citations"] and "beta-notes.md" in {c["doc_id"] for c in ext["citations"]}
     assert text.strip() and all(f"[{c['n']}]" in text for c in ext["citations"])
+
+
+LLAMAINDEX_CLIENT = """
+import asyncio, json, sys
+from llama_index.core.llms import ChatMessage
+from llama_index.llms.openai_like import OpenAILike
+
+llm = OpenAILike(
+    model="ragc", api_base=sys.argv[1], api_key=sys.argv[2], is_chat_model=True, context_window=2048,
+    timeout=60, max_retries=0,
+)
+question = [ChatMessage(role="user", content="How does the reindex job avoid downtime?")]
+reply = llm.chat(question)
+streamed = "".join(part.delta or "" for part in llm.stream_chat(question))
+later = asyncio.run(llm.achat([ChatMessage(role="user", content="What do the beta team's notes say?")]))
+print(json.dumps({
+    "content": reply.message.content,
+    "ragc": reply.raw.model_extra["ragc"],
+    "streamed": streamed,
+    "async": later.message.content,
+}))
+"""
+
+
+def test_llamaindex_openai_like_llm_gets_the_cited_answer(service: dict[str, Any]) -> None:
+    """LlamaIndex's OpenAI-compatible LLM class, in a client environment of its own (its openai<3 pin
+    conflicts with the service's openai 3): chat, stream_chat and achat against the Serve app."""
+    python = client_python(Path(__file__).parents[1] / "clients" / "llamaindex.txt")
+    done = subprocess.run(
+        [str(python), "-c", LLAMAINDEX_CLIENT, f"{service['base']}/v1", "key-alpha"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    ext = out["ragc"]
+    assert ext["tenant"] == "alpha" and ext["citations"] and {c["doc_id"] for c in ext["citations"]} <= alpha_doc_ids()
+    assert all(f"[{c['n']}]" in out["content"] for c in ext["citations"])
+    assert out["streamed"].strip() == out["content"].strip()
+    assert out["async"].strip() and out["async"] != out["content"]
 
 
 def test_openai_errors_come_in_openais_shape(service: dict[str, Any]) -> None:
