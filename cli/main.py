@@ -181,6 +181,7 @@ def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
         answerability=args.answerability,
         endpoint=args.endpoint,
         api_key=args.api_key,
+        history_user_turns=args.history_user_turns,
     )
     result = run_eval(cfg, request)
     for name, metrics in result["pipelines"].items():
@@ -343,6 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--unanswerable", type=Path, help="file of query ids whose answer is not in the corpus: abstention rates"
     )
     evaluate.add_argument("--floor-split", default="train", help="split the similarity floor is chosen on")
+    evaluate.add_argument(
+        "--history-user-turns",
+        type=int,
+        default=1,
+        help="a conversational query (metadata.history) is searched with this many earlier user turns before it",
+    )
     evaluate.add_argument(
         "--answerability",
         type=Path,

@@ -31,13 +31,23 @@ def iter_corpus(root: Path) -> Iterator[dict[str, Any]]:
                     yield json.loads(line)
 
 
-def load_queries(root: Path) -> dict[str, str]:
+def load_queries(root: Path, history_user_turns: int = 0) -> dict[str, str]:
+    """Query text by id. A conversational query (`metadata.history`, INSCIT's layout) is searched with its
+    last `history_user_turns` user turns before it: a follow-up ("how long are they kept?") alone names
+    nothing to retrieve."""
     path = root / "queries.jsonl"
     if not path.exists():
         raise DatasetError(f"no queries.jsonl under {root}")
     with path.open(encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle if line.strip()]
-    return {str(r["_id"]): str(r["text"]) for r in records}
+    return {str(r["_id"]): conversational_query(r, history_user_turns) for r in records}
+
+
+def conversational_query(record: dict[str, Any], history_user_turns: int) -> str:
+    history = (record.get("metadata") or {}).get("history") or []
+    asked = [str(t["content"]) for t in history if isinstance(t, dict) and t.get("role") == "user"]
+    earlier = asked[-history_user_turns:] if history_user_turns else []
+    return " ".join([*earlier, str(record["text"])])
 
 
 def load_qrels(root: Path, split: str) -> Qrels:
@@ -72,8 +82,8 @@ class EvalSet:
     qrels: Qrels
 
     @classmethod
-    def load(cls, root: Path, split: str, limit: int = 0) -> EvalSet:
-        queries = load_queries(root)
+    def load(cls, root: Path, split: str, limit: int = 0, history_user_turns: int = 0) -> EvalSet:
+        queries = load_queries(root, history_user_turns)
         qrels = load_qrels(root, split)
         ids = [qid for qid in qrels if qid in queries]
         if not ids:

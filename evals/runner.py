@@ -49,6 +49,7 @@ class EvalRequest:
     answerability: Path | None = None
     endpoint: str | None = None
     api_key: str | None = None
+    history_user_turns: int = 1  # a conversational query is searched with the user turn before it
 
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
@@ -242,7 +243,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
     if req.reranker:
         cfg = cfg.model_copy(deep=True)
         cfg.serve.rerank.model = req.reranker
-    eval_set = EvalSet.load(req.dataset, req.split, req.limit)
+    eval_set = EvalSet.load(req.dataset, req.split, req.limit, req.history_user_turns)
     specs = choose_pipelines(req.pipelines, cfg)
     result: dict[str, Any] = {"dataset": req.dataset.name, "split": req.split, "queries": len(eval_set.queries)}
     if req.endpoint:

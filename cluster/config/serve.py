@@ -195,6 +195,9 @@ class RerankConfig(Section):
         "rank with the retrieval rank (a weak reranker then refines the order instead of replacing it)",
     )
     rrf_k: int = Field(default=60, gt=0, description="k of the rank fusion when order is rrf")
+    rrf_weight: float = Field(
+        default=1.0, ge=0, description="the cross-encoder rank's weight in the fusion; the retrieval rank's is 1"
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description="cross-encoder weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else "

@@ -95,7 +95,8 @@ def rerank_order(passages: list[Passage], scores: list[float], top_n: int, cfg: 
     if cfg.order == "scores":
         return order_by_scores(passages, scores, top_n)
     by_score = sorted(range(len(passages)), key=lambda n: -scores[n])
-    fused = rrf_fuse([[str(n) for n in range(len(passages))], [str(n) for n in by_score]], cfg.rrf_k)
+    ranks = [[str(n) for n in range(len(passages))], [str(n) for n in by_score]]
+    fused = rrf_fuse(ranks, cfg.rrf_k, [1.0, cfg.rrf_weight])
     ranked = sorted(range(len(passages)), key=lambda n: -fused[str(n)])
     out = []
     for n in ranked[:top_n]:

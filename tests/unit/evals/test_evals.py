@@ -10,7 +10,7 @@ import pytest
 
 from cluster.config import RagcConfig, RerankConfig
 from evals.abstention import build_variant, choose_floor, curve, rates_at, read_ids
-from evals.beir import EvalSet, load_qrels
+from evals.beir import EvalSet, load_qrels, load_queries
 from evals.metrics import mean_metrics, per_query
 from evals.pipelines import PIPELINES, documents
 from evals.runner import choose_pipelines, default_pipeline, stdout_summary
@@ -103,6 +103,14 @@ def test_rrf_order_lets_retrieval_rank_temper_the_cross_encoder() -> None:
     # rrf k=1: c0 1/2+1/5, c3 1/5+1/2 tie; c1 1/3+1/4 vs c2 1/4+1/3 tie - stable order keeps retrieval's
     assert [p.chunk_id for p in fused] == ["c0", "c3", "c1", "c2"]
     assert fused[1].rerank_score == 0.9
+    leaning = rerank_order(list(passages), scores, 4, RerankConfig(order="rrf", rrf_k=1, rrf_weight=1.5))
+    assert [p.chunk_id for p in leaning] == ["c3", "c0", "c2", "c1"]  # .95, c0 1/2+1.5/5=.8, c2 .75, c1 .71
+    assert [p.chunk_id for p in rerank_order(list(passages), scores, 4, RerankConfig(rrf_weight=0))] == [
+        "c0",
+        "c1",
+        "c2",
+        "c3",
+    ]
 
 
 def test_the_cross_encoder_reads_the_title_once() -> None:
@@ -148,3 +156,25 @@ def test_the_floor_gates_the_question_by_default_and_can_drop_candidates() -> No
     assert fused("candidate", mixed) == ["strong"]
     nothing = {"a": 0.3, "b": 0.2}
     assert fused("query", nothing) == [] and fused("candidate", nothing) == []
+
+
+def test_a_conversational_query_is_searched_with_the_user_turn_before_it(tmp_path: Path) -> None:
+    history = [
+        {"role": "user", "content": "Who invented the graphite pencil?"},
+        {"role": "assistant", "content": "Conte, in 1795."},
+        {"role": "user", "content": "What is graphite?"},
+        {"role": "assistant", "content": "A form of carbon."},
+    ]
+    rows = [
+        {"_id": "c:2", "text": "Is it toxic?", "metadata": {"history": history}},
+        {"_id": "c:0", "text": "Who invented the graphite pencil?", "metadata": {"history": []}},
+        {"_id": "s1", "text": "A plain claim."},
+    ]
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert load_queries(tmp_path) == {r["_id"]: r["text"] for r in rows}
+    assert load_queries(tmp_path, history_user_turns=1) == {
+        "c:2": "What is graphite? Is it toxic?",
+        "c:0": "Who invented the graphite pencil?",
+        "s1": "A plain claim.",
+    }
+    assert load_queries(tmp_path, 2)["c:2"] == "Who invented the graphite pencil? What is graphite? Is it toxic?"
