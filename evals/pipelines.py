@@ -33,6 +33,8 @@ class PipelineSpec:
     hyde: bool = False
     # the service's own candidate counts instead of the eval's deeper ones (abstention, negative mining)
     service_depth: bool = False
+    # the cross-encoder rank's weight in the rerank fusion instead of serve.rerank.rrf_weight (`NAME@W`)
+    rrf_weight: float | None = None
 
     @property
     def needs_llm(self) -> bool:
@@ -51,6 +53,23 @@ PIPELINES = {
 }
 SERVICE_HYBRID = replace(PIPELINES["hybrid"], service_depth=True)
 NO_LLM_PIPELINES = [name for name, spec in PIPELINES.items() if not spec.needs_llm]
+
+
+def pipeline_spec(name: str) -> PipelineSpec:
+    """A known pipeline, or a rerank pipeline with its fusion weight: `hybrid_rerank@0.5`."""
+    base, _, weight = name.partition("@")
+    if base not in PIPELINES:
+        raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)} (rerank ones take @WEIGHT)")
+    spec = PIPELINES[base]
+    if not weight:
+        return spec
+    try:
+        value = float(weight)
+    except ValueError:
+        raise ValueError(f"pipeline {name!r}: the fusion weight after @ must be a number") from None
+    if not spec.rerank or value < 0:
+        raise ValueError(f"pipeline {name!r}: @WEIGHT is the cross-encoder's fusion weight (>= 0) of a rerank pipeline")
+    return replace(spec, name=f"{base}@{value:g}", rrf_weight=value)
 
 
 def eval_config(cfg: RagcConfig, floor: float | None = None) -> RagcConfig:
@@ -96,6 +115,7 @@ class PipelineRunner:
         self._embedder = SentenceTransformerEmbedder(cfg.embedding)  # one model load for every floor
         self._pair_scores: dict[tuple[str, str], float] = {}
         self._pair_store = pair_store
+        self._head_scores: dict[tuple[str, tuple[str, ...]], list[float]] = {}  # for the @WEIGHT variants
 
     def check(self, spec: PipelineSpec) -> None:
         if spec.rerank and self._scorer is None:
@@ -133,11 +153,18 @@ class PipelineRunner:
         passages = retriever.fuse(self._hits[key].only(spec.dense, spec.bm25)).passages
         if spec.rerank and self._scorer is not None and passages:
             head = passages[: self._cfg.serve.rerank.depth]
-            pairs = rerank_pairs(query, head)
-            scores = self._scorer.score(pairs)  # always scored: this pipeline's time per query is measured
-            if self._pair_store is not None:
-                self._pair_store.put(pairs, scores)
-            passages = rerank_order(head, scores, len(head), self._cfg.serve.rerank) + passages[len(head) :]
+            head_key = (query, tuple(p.chunk_id for p in head))
+            scores = self._head_scores.get(head_key) if spec.rrf_weight is not None else None
+            if scores is None:
+                pairs = rerank_pairs(query, head)
+                scores = self._scorer.score(pairs)  # scored: this pipeline's time per query is measured
+                if self._pair_store is not None:
+                    self._pair_store.put(pairs, scores)
+                self._head_scores[head_key] = scores
+            rerank = self._cfg.serve.rerank
+            if spec.rrf_weight is not None:
+                rerank = rerank.model_copy(update={"rrf_weight": spec.rrf_weight, "order": "rrf"})
+            passages = rerank_order(head, scores, len(head), rerank) + passages[len(head) :]
         return passages
 
     def ranking(self, spec: PipelineSpec, query: str) -> list[str]:

@@ -28,7 +28,14 @@ from evals.beir import EvalSet, corpus_files
 from evals.hyde import InProcessHyde
 from evals.metrics import METRICS, Ranking, mean_metrics, per_query
 from evals.pair_store import pair_store_for
-from evals.pipelines import NO_LLM_PIPELINES, PIPELINES, SERVICE_HYBRID, PipelineRunner, PipelineSpec
+from evals.pipelines import (
+    NO_LLM_PIPELINES,
+    PIPELINES,
+    SERVICE_HYBRID,
+    PipelineRunner,
+    PipelineSpec,
+    pipeline_spec,
+)
 from evals.report import write_report
 from serve.answerability import CALIBRATION_FILE, AnswerabilityModel, abstain_below
 
@@ -116,10 +123,7 @@ def ingest_dataset(cfg: RagcConfig, dataset: Path) -> dict[str, Any]:
 
 def choose_pipelines(requested: list[str] | None, cfg: RagcConfig) -> list[PipelineSpec]:
     if requested:
-        unknown = [n for n in requested if n not in PIPELINES]
-        if unknown:
-            raise ValueError(f"unknown pipeline(s) {unknown}; known: {', '.join(PIPELINES)}")
-        return [PIPELINES[n] for n in requested]
+        return [pipeline_spec(n) for n in requested]
     names = [n for n in NO_LLM_PIPELINES if cfg.serve.rerank.model or not PIPELINES[n].rerank]
     return [PIPELINES[n] for n in names]
 

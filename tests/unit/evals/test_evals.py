@@ -129,6 +129,11 @@ def test_pipeline_choice_and_the_default() -> None:
     assert default_pipeline(cfg) == "hybrid_rerank"
     with pytest.raises(ValueError, match="unknown pipeline"):
         choose_pipelines(["hybrid", "magic"], cfg)
+    weighted = choose_pipelines(["hybrid_rerank", "hybrid_rerank@0.50"], cfg)
+    assert [(s.name, s.rrf_weight) for s in weighted] == [("hybrid_rerank", None), ("hybrid_rerank@0.5", 0.5)]
+    for bad in ("hybrid@0.5", "hybrid_rerank@-1", "hybrid_rerank@x"):
+        with pytest.raises(ValueError, match="@"):
+            choose_pipelines([bad], cfg)
     assert PIPELINES["baseline_top2"].depth == 2 and not PIPELINES["baseline_top2"].floor
 
 
