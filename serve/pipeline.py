@@ -242,7 +242,11 @@ class QueryPipeline:
         top_k = request.top_k or cfg.default_top_k
         want_rewrite = cfg.rewrite.rewrite_default if request.rewrite is None else request.rewrite
         want_hyde = cfg.rewrite.hyde_default if request.hyde is None else request.hyde
-        want_rerank = cfg.rerank.rerank_default if request.rerank is None else request.rerank
+        tenant_rerank = cfg.rerank.tenants.get(tenant)
+        want_rerank = request.rerank if request.rerank is not None else cfg.rerank.rerank_default
+        if request.rerank is None and tenant_rerank is not None:
+            want_rerank = tenant_rerank
+        rerank_off = "off for this tenant (serve.rerank.tenants)" if tenant_rerank is False else "off by default"
         history = [t.model_dump() for t in request.history]
 
         started = time.perf_counter()
@@ -301,7 +305,7 @@ class QueryPipeline:
                 await report("rerank", "fallback", started, f"fusion order kept: {failure.reason}")
         else:
             passages = passages[:top_k]
-            await report("rerank", "skipped", started, "not requested")
+            await report("rerank", "skipped", started, "not requested" if request.rerank is False else rerank_off)
 
         started = time.perf_counter()
         answerable, verdict = self._judge(candidates, top_scores)

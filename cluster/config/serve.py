@@ -172,6 +172,11 @@ class RerankConfig(Section):
         default=True,
         description="rerank when the request does not say (the eval gate checks it is the better pipeline)",
     )
+    tenants: dict[str, bool] = Field(
+        default_factory=dict,
+        description="per tenant, rerank when the request does not say, instead of rerank_default: a reranker "
+        "helps where `ragc eval` on that tenant's own labels showed it (the reranker's ragc_checks.json)",
+    )
     timeout_s: float = Field(default=3.0, gt=0)
     max_length: int | None = Field(default=None, gt=0, description="tokens per pair; unset = the model's own")
     batch_max_size: int = Field(

@@ -188,3 +188,21 @@ def test_a_full_retrieval_queue_is_a_503_to_retry_and_other_full_stages_fall_bac
     for stage in ("rerank", "synthesize"):
         assert out["stages"][stage]["status"] == "fallback" and "overloaded" in out["stages"][stage]["detail"]
     assert out["citations"]  # the extractive answer
+
+
+def test_rerank_by_default_is_decided_per_tenant_where_configured() -> None:
+    """A reranker helps where it was checked: serve.rerank.tenants overrides rerank_default for a tenant
+    (the pipeline runs as tenant t1); a request's own `rerank` still wins."""
+
+    def rerank_status(request: QueryRequest, **rerank: object) -> tuple[str, str]:
+        out = run(FakeStages(passages()), request, config(rerank={"timeout_s": 0.2, **rerank}))
+        return out["stages"]["rerank"]["status"], out["stages"]["rerank"]["detail"]
+
+    plain = QueryRequest(query="q")
+    assert rerank_status(plain)[0] == "ok"
+    assert rerank_status(plain, tenants={"t1": False}) == ("skipped", "off for this tenant (serve.rerank.tenants)")
+    assert rerank_status(plain, tenants={"t2": False})[0] == "ok"
+    assert rerank_status(plain, rerank_default=False) == ("skipped", "off by default")
+    assert rerank_status(plain, rerank_default=False, tenants={"t1": True})[0] == "ok"
+    assert rerank_status(QueryRequest(query="q", rerank=True), tenants={"t1": False})[0] == "ok"
+    assert rerank_status(QueryRequest(query="q", rerank=False)) == ("skipped", "not requested")
