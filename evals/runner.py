@@ -37,6 +37,7 @@ from evals.pipelines import (
     pipeline_spec,
 )
 from evals.report import write_report
+from evals.reranker_checks import check_entry, record_check
 from serve.answerability import CALIBRATION_FILE, AnswerabilityModel, abstain_below
 
 EVAL_TENANT = "eval"
@@ -281,6 +282,10 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         if hyde is not None:
             result["hyde"] = hyde.statuses
         result["pipelines"] = pipelines
+        entry = check_entry(result, req.history_user_turns) if scorer is not None else None
+        if entry is not None and ecfg.serve.rerank.model:
+            written = record_check(ecfg.serve.rerank.model, entry)
+            result["reranker_check"] = str(written) if written else None
         if req.unanswerable:
             result["abstention"] = abstention_section(runner, req, eval_set, ecfg)
     result["default_pipeline"] = default_pipeline(cfg)

@@ -22,12 +22,12 @@ from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
 from evals.beir import EvalSet, load_qrels
 from evals.pipelines import SERVICE_HYBRID, PipelineRunner
+from evals.reranker_checks import TRAINING_RECORD
 from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
 from serve.stages.rerank import pair_text
 from training.loop import TrainingGroup, query_groups, train_cross_encoder
 
 HELD_OUT_SPLITS = ("test",)
-TRAINING_RECORD = "ragc_training.json"
 
 
 @dataclass
