@@ -3,6 +3,7 @@ already exist (the chunk collection itself, then the shared cache), the model on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,14 +21,25 @@ Batch = dict[str, np.ndarray]
 class VectorResolver:
     """Fills the `embedding` column of a chunk batch and marks which rows needed the model."""
 
-    def __init__(self, embedder: Embedder, stored: StoredVectors | None, cache: EmbeddingCache) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        stored: StoredVectors | None,
+        cache: EmbeddingCache,
+        passage_text: Callable[[str, str, str], str] | None = None,
+    ) -> None:
+        """`passage_text(title, section, text)`: what is embedded per chunk (default: the text)."""
         self._embedder = embedder
         self._stored = stored
         self._cache = cache
+        self._passage_text = passage_text
 
     def __call__(self, batch: Batch) -> Batch:
         ids = [str(i) for i in batch[ChunkFields.ID]]
         texts = [str(t) for t in batch[ChunkFields.TEXT]]
+        if self._passage_text is not None:
+            titles, sections = batch[ChunkFields.TITLE], batch[ChunkFields.SECTION]
+            texts = [self._passage_text(str(t), str(s), x) for t, s, x in zip(titles, sections, texts, strict=True)]
         if not ids:
             return batch | {
                 ChunkFields.DENSE: np.zeros((0, self._embedder.dim), np.float32),
@@ -80,7 +92,8 @@ class ChunkEmbedder:
     def __init__(self, config: dict[str, Any], collection: str, reuse_from: tuple[str, ...] = ()) -> None:
         cfg = RagcConfig.model_validate(config)
         stored = StoredVectors(connect(cfg), [collection, *reuse_from])
-        self._resolve = VectorResolver(SentenceTransformerEmbedder(cfg.embedding), stored, open_embedding_cache(cfg))
+        embedder = SentenceTransformerEmbedder(cfg.embedding)
+        self._resolve = VectorResolver(embedder, stored, open_embedding_cache(cfg), cfg.embedding.passage_text)
 
     def __call__(self, batch: Batch) -> Batch:
         # rows of documents that failed to parse carry an error and no text; drop them here rather than

@@ -79,8 +79,8 @@ def named_sources(collections: Collections, sources: list[TenantSource]) -> list
 
 def same_vectors(old: CollectionIdentity | None, new: CollectionIdentity) -> bool:
     """Chunk ids are content-derived, so an older collection's vector for the same id is reusable
-    exactly when it came from the same embedding model."""
-    return old is not None and old.same_weights(new)
+    exactly when it came from the same embedding model over the same passage text."""
+    return old is not None and old.same_weights(new) and old.dense_text == new.dense_text
 
 
 def run_reindex(cfg: RagcConfig, sources: list[TenantSource] | None = None) -> ReindexReport:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from cluster.config.base import DEFAULT_EMBEDDING_MODEL, Section
+
+TEMPLATE_FIELD = re.compile(r"\{(\w*)\}")
+PASSAGE_FIELDS = {"text", "title", "section", "context"}
 
 
 class EmbeddingConfig(Section):
@@ -29,6 +33,27 @@ class EmbeddingConfig(Section):
         "by default: bf16 vectors vary with batch composition (ARCHITECTURE.md, Ingestion)",
     )
     num_threads: int = Field(default=0, ge=0, description="torch threads per embedding actor; 0 = all CPUs")
+    passage_template: str = Field(
+        default="{text}",
+        description="what the dense arm embeds for a chunk: {text}, {title}, {section}, and {context} (title > "
+        "section, the parts present; a template whose context is empty embeds {text} alone). Recorded on the "
+        "collection: a change is a `ragc reindex`",
+    )
+
+    @field_validator("passage_template")
+    @classmethod
+    def _known_fields(cls, template: str) -> str:
+        fields = set(TEMPLATE_FIELD.findall(template))
+        if "text" not in fields or not fields <= PASSAGE_FIELDS:
+            raise ValueError(f"passage_template must use {{text}} and only {sorted(PASSAGE_FIELDS)}: {template!r}")
+        return template
+
+    def passage_text(self, title: str, section: str, text: str) -> str:
+        """The text the dense arm embeds for a chunk."""
+        context = " > ".join(part for part in (title, section) if part)
+        if self.passage_template == "{text}" or ("{context}" in self.passage_template and not context):
+            return text
+        return self.passage_template.format(title=title, section=section, context=context, text=text)
 
 
 class ChunkingConfig(Section):

@@ -95,6 +95,11 @@ class Collections:
                 f"collection {active.physical!r} was chunked as {active.identity.chunker} but the config "
                 f"says {wanted.chunker}; run `ragc reindex` to rebuild it"
             )
+        if active.identity.dense_text != wanted.dense_text:
+            raise CollectionMismatchError(
+                f"collection {active.physical!r} embedded chunks as {active.identity.dense_text!r} but the config "
+                f"says {wanted.dense_text!r} (embedding.passage_template); run `ragc reindex` to rebuild it"
+            )
         if active.identity.bm25 != wanted.bm25:
             raise CollectionMismatchError(
                 f"collection {active.physical!r} indexes BM25 text as {active.identity.bm25} but the config "

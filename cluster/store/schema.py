@@ -27,6 +27,8 @@ PROP_DIM = "ragc.embedding_dim"
 PROP_WEIGHTS = "ragc.embedding_weights"  # cluster/weights.py; absent on collections from before it
 PROP_CHUNKER = "ragc.chunker"
 PROP_BM25 = "ragc.bm25_text"
+PROP_DENSE_TEXT = "ragc.dense_text"  # absent: the bare chunk text ({text})
+PLAIN_DENSE_TEXT = "{text}"
 LEGACY_BM25 = "analyzer-only"  # collections from before the stemmed BM25 field: BM25 over `text` itself
 
 
@@ -60,6 +62,7 @@ class CollectionIdentity:
     chunker: str
     bm25: str
     weights: str = ""  # fingerprint of the embedding model's files; "" = unknown (not checked)
+    dense_text: str = PLAIN_DENSE_TEXT  # the template of what was embedded per chunk
 
     @classmethod
     def from_config(
@@ -71,6 +74,7 @@ class CollectionIdentity:
             chunking.fingerprint(),
             bm25_scheme(milvus.bm25_stemmer),
             weights_fingerprint(embedding.model),
+            embedding.passage_template,
         )
 
     @classmethod
@@ -83,6 +87,7 @@ class CollectionIdentity:
             chunker=str(props[PROP_CHUNKER]),
             bm25=str(props.get(PROP_BM25, LEGACY_BM25)),
             weights=str(props.get(PROP_WEIGHTS, "")),
+            dense_text=str(props.get(PROP_DENSE_TEXT, PLAIN_DENSE_TEXT)),
         )
 
     def same_weights(self, other: CollectionIdentity) -> bool:
@@ -97,7 +102,8 @@ class CollectionIdentity:
             PROP_CHUNKER: self.chunker,
             PROP_BM25: self.bm25,
         }
-        return props | ({PROP_WEIGHTS: self.weights} if self.weights else {})
+        props |= {PROP_WEIGHTS: self.weights} if self.weights else {}
+        return props | ({PROP_DENSE_TEXT: self.dense_text} if self.dense_text != PLAIN_DENSE_TEXT else {})
 
 
 def create_chunk_collection(client: MilvusClient, name: str, identity: CollectionIdentity, cfg: MilvusConfig) -> None:

@@ -218,6 +218,36 @@ def test_another_embedding_model_is_refused(cfg: RagcConfig, tmp_path: Path) -> 
     assert run_sync(cfg, corpus, "acme").unchanged == len(DOCS)  # the same weights still pass
 
 
+def test_the_dense_arm_embeds_the_passage_template_and_a_new_template_needs_a_reindex(
+    cfg: RagcConfig, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from cluster.models import SentenceTransformerEmbedder
+
+    corpus = make_corpus(tmp_path / "docs")
+    contextual = cfg.model_copy(deep=True)
+    contextual.embedding.passage_template = "{context}: {text}"
+    run_sync(contextual, corpus, "acme")
+    rows = connect(cfg).query(
+        cfg.milvus.collection,
+        filter=all_of(eq("tenant_id", "acme"), eq("doc_id", "tenancy.md")),
+        output_fields=["text", "title", "section", "embedding"],
+    )
+    embedder = SentenceTransformerEmbedder(cfg.embedding)
+    row = next(r for r in rows if r["section"])
+    meant = contextual.embedding.passage_text(row["title"], row["section"], row["text"])
+    assert meant.startswith(f"{row['title']} > {row['section']}: ")
+    stored = np.asarray(row["embedding"], dtype=np.float32)
+    assert float(stored @ np.asarray(embedder.embed([meant])[0], dtype=np.float32)) > 0.999
+    assert float(stored @ np.asarray(embedder.embed([row["text"]])[0], dtype=np.float32)) < 0.99
+    with pytest.raises(CollectionMismatchError, match="passage_template"):
+        run_sync(cfg, corpus, "acme")
+    rebuilt = run_reindex(cfg)  # back to the bare text: nothing of the contextual vectors is reused
+    assert sum(t.chunks_embedded for t in rebuilt.tenants) == sum(t.chunks_total for t in rebuilt.tenants) > 0
+    assert run_sync(cfg, corpus, "acme").unchanged == len(DOCS)
+
+
 def perturbed_copy(reference: str, out: Path) -> Path:
     import shutil
 
