@@ -347,8 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--history-user-turns",
         type=int,
-        default=1,
-        help="a conversational query (metadata.history) is searched with this many earlier user turns before it",
+        default=0,
+        help="a conversational query (metadata.history) is searched with this many earlier user turns before it "
+        "(0: the utterance alone, as the service searches it with rewrite off)",
     )
     evaluate.add_argument(
         "--answerability",

@@ -57,7 +57,7 @@ class EvalRequest:
     answerability: Path | None = None
     endpoint: str | None = None
     api_key: str | None = None
-    history_user_turns: int = 1  # a conversational query is searched with the user turn before it
+    history_user_turns: int = 0  # earlier user turns searched with a conversational query (0: as the service does)
 
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
