@@ -118,4 +118,5 @@ def answer_outcome(stages: dict[str, Any]) -> str:
     for reason in ("abstained", "circuit open", "engine busy", "timed out", "timeout"):
         if reason in detail:
             return reason if reason == "abstained" else f"fallback: {reason}"
-    return f"{status}: {detail.split(':')[0][:40]}"
+    reason = detail.removeprefix("extractive answer: ").split(":")[0].split("(")[0].strip()
+    return f"{status}: {reason[:40]}"

@@ -59,6 +59,15 @@ def test_shedding_is_timed_against_the_profiles_stages() -> None:
         ({"synthesize": {"status": "fallback", "detail": "timed out after 25s"}}, "fallback: timed out"),
         ({"synthesize": {"status": "skipped", "detail": "abstained: below the floor"}}, "abstained"),
         ({"synthesize": {"status": "fallback", "detail": "degenerate: repeated lines"}}, "fallback: degenerate"),
+        (
+            {
+                "synthesize": {
+                    "status": "fallback",
+                    "detail": "extractive answer: uncited claim: 'The passages' (2 sent)",
+                }
+            },
+            "fallback: uncited claim",
+        ),
     ],
 )
 def test_each_answer_is_counted_by_how_it_was_made(stages: dict, outcome: str) -> None:
