@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -9,6 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 StageStatusName = Literal["ok", "fallback", "skipped", "cached", "error"]  # what a query stage did
 CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"]  # what the cache lookup found
+# The LLM's own answer failed its check (serve/answer_check.py's reasons) and had its retry: the extractive
+# answer is what this model gives for these passages, not a passing fault. A check cut short by the clock is
+# not settled: with time the retry might pass.
+SETTLED_FALLBACK = re.compile(r"^extractive answer: (degenerate|uncited claim|unsupported claim)")
+CUT_BY_THE_CLOCK = ("ran out of time", "no time to retry")
 
 
 class Usage(BaseModel):
@@ -239,5 +245,14 @@ class QueryResponse(BaseModel):
 
     def degraded(self) -> bool:
         """A stage fell back: cached only briefly (`cache.degraded_ttl_s`), so a passing fault does not outlive
-        itself while a repeated question during an overload is still answered from the cache."""
-        return any(s.status in ("fallback", "error") for s in self.stages.values())
+        itself while a repeated question during an overload is still answered from the cache. An answer that
+        fell back because the LLM's answer failed its check is settled, not degraded: asking again would
+        generate the same answer and fail the same way."""
+        return any(
+            s.status in ("fallback", "error") and not (name == "synthesize" and settled_fallback(s.detail))
+            for name, s in self.stages.items()
+        )
+
+
+def settled_fallback(detail: str | None) -> bool:
+    return bool(detail and SETTLED_FALLBACK.match(detail) and not any(cut in detail for cut in CUT_BY_THE_CLOCK))

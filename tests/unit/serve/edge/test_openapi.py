@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from serve.edge.ingress import make_ingress_app
-from serve.types import QueryResponse
+from serve.types import QueryResponse, StageStatus, settled_fallback
 
 
 def test_the_query_response_schema_is_the_response_model() -> None:
@@ -56,3 +58,24 @@ def test_a_cached_response_round_trips_through_its_json() -> None:
     assert response.stages["cache"].ms == 1.23 and response.stages["retrieve"].detail is None
     assert QueryResponse.model_validate_json(response.model_dump_json()) == response
     assert not response.degraded()
+
+
+@pytest.mark.parametrize(
+    ("stage", "detail", "degraded"),
+    [
+        ("synthesize", "extractive answer: uncited claim: 'The passages' ; 2 passages sent", False),
+        ("synthesize", "extractive answer: degenerate: a repeated line", False),
+        ("synthesize", "extractive answer: unsupported claim: 'x' (support 0.2 < 0.4) (no time to retry)", True),
+        ("synthesize", "extractive answer: uncited claim: 'x' (the strict retry ran out of time)", True),
+        ("synthesize", "extractive answer: timed out after 25s", True),
+        ("synthesize", "extractive answer: EngineBusyError: engine busy: 4 requests in flight", True),
+        ("rerank", "fusion order kept: circuit open after 3 failures", True),
+    ],
+)
+def test_only_a_passing_fault_makes_an_answer_degraded(stage: str, detail: str, degraded: bool) -> None:
+    """A fallback after the LLM's answer failed its check is settled (cached like a full answer); a timeout, an
+    open breaker, a busy engine or a retry cut by the clock is a passing fault (`cache.degraded_ttl_s`)."""
+    stages = {"retrieve": StageStatus(status="ok"), stage: StageStatus(status="fallback", detail=detail)}
+    assert settled_fallback(detail) is (not degraded and stage == "synthesize")
+    response = QueryResponse.model_construct(stages=stages)
+    assert response.degraded() is degraded
