@@ -104,6 +104,14 @@ def checked_stage(llm: ScriptedGenerator | None, **synthesize: object) -> Synthe
     return synthesize_stage(tree(synthesize=synthesize), llm, support=EmbeddingSupport(HashEmbedder(dim=512)))
 
 
+def context_stage(llm: ScriptedGenerator, max_model_len: int) -> SynthesizeStage:
+    """`max_tokens` 20 in an engine context of `max_model_len` (ScriptedGenerator: one token per word)."""
+    cfg = {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": max_model_len}}}}
+    return synthesize_stage(
+        RagcConfig.model_validate({"serve": cfg}), llm, support=EmbeddingSupport(HashEmbedder(dim=512))
+    )
+
+
 def synthesize(stage: SynthesizeStage, ps: list[Passage]) -> list:
     async def collect() -> list:
         return [item async for item in stage.synthesize_stream("are tenants apart?", ps)]
@@ -301,13 +309,7 @@ def test_passages_are_packed_into_the_context_and_the_cut_ones_reported() -> Non
     """ScriptedGenerator counts one token per word: each passage block is 8 words, the strict prompt ~70."""
     many = passages(9)
     llm = ScriptedGenerator([SUPPORTED])
-    stage = synthesize_stage(
-        RagcConfig.model_validate(
-            {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 130}}}}}
-        ),
-        llm,
-        support=EmbeddingSupport(HashEmbedder(dim=512)),
-    )
+    stage = context_stage(llm, max_model_len=130)
     final = synthesize(stage, many)[-1]
     sent = final.passages_sent
     assert 0 < sent < 9 and final.passages_cut == 9 - sent and final.grounded
@@ -348,13 +350,7 @@ def test_a_passage_too_long_for_the_prompt_alone_is_sent_shortened() -> None:
     filler = " ".join(f"detail{i}" for i in range(150))
     long = Passage("c0", "d0", "t1", f"Passage 0 says tenants are kept apart. {filler} closing words.", title="T0")
     llm = ScriptedGenerator([SUPPORTED])
-    stage = synthesize_stage(
-        RagcConfig.model_validate(
-            {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 180}}}}}
-        ),
-        llm,
-        support=EmbeddingSupport(HashEmbedder(dim=512)),
-    )
+    stage = context_stage(llm, max_model_len=180)
     final = synthesize(stage, [long, *passages(2)[1:]])[-1]
     assert final.passages_sent == 1 and final.passages_cut == 1 and final.grounded
     assert final.prompt_tokens <= 160
@@ -364,13 +360,7 @@ def test_a_passage_too_long_for_the_prompt_alone_is_sent_shortened() -> None:
 
 
 def test_a_question_that_leaves_no_room_for_one_passage_is_a_stage_failure() -> None:
-    stage = synthesize_stage(
-        RagcConfig.model_validate(
-            {"serve": {"synthesize": {"max_tokens": 20}, "llm": {"engines": {"default": {"max_model_len": 40}}}}}
-        ),
-        ScriptedGenerator([SUPPORTED]),
-        support=EmbeddingSupport(HashEmbedder(dim=512)),
-    )
+    stage = context_stage(ScriptedGenerator([SUPPORTED]), max_model_len=40)
     with pytest.raises(ContextBudgetError, match="max_model_len 40 less max_tokens 20"):
         synthesize(stage, passages(2))
 
