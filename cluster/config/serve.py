@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -36,6 +37,14 @@ class DeploymentConfig(Section):
     health_check_timeout_s: float = Field(default=30.0, gt=0)
     upscale_delay_s: float = Field(default=3.0, ge=0)
     downscale_delay_s: float = Field(default=60.0, ge=0)
+
+
+def over_defaults(given: Any, defaults: DeploymentConfig) -> Any:
+    """A partial deployment block overrides its stage's own defaults, not the generic ones: `rerank:
+    {max_replicas: 7}` keeps rerank's target of 8, and an engine's `{num_cpus: 0}` keeps its single replica."""
+    if isinstance(given, Mapping):
+        return {**defaults.model_dump(), **given}
+    return given
 
 
 def _default_deployments() -> dict[str, DeploymentConfig]:
@@ -334,6 +343,11 @@ class LLMEngineConfig(Section):
     tensor_parallel_size: int = Field(default=1, ge=1)
     deployment: DeploymentConfig = Field(default_factory=_llm_deployment)
 
+    @field_validator("deployment", mode="before")
+    @classmethod
+    def _over_engine_defaults(cls, v: Any) -> Any:
+        return over_defaults(v, _llm_deployment())
+
 
 class LLMConfig(Section):
     enabled: bool = Field(
@@ -427,6 +441,16 @@ class ServeConfig(Section):
     request_log: RequestLogConfig = Field(default_factory=RequestLogConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
     faults: StageFaults = Field(default_factory=StageFaults)
+
+    @field_validator("deployments", mode="before")
+    @classmethod
+    def _over_stage_defaults(cls, v: Any) -> Any:
+        if not isinstance(v, Mapping):
+            return v
+        defaults = _default_deployments()
+        return {
+            stage: over_defaults(given, defaults[stage]) if stage in defaults else given for stage, given in v.items()
+        }
 
     @field_validator("deployments")
     @classmethod

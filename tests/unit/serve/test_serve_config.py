@@ -21,3 +21,19 @@ def test_serve_config_is_a_valid_serve_deploy_schema() -> None:
     for options in deployments.values():
         AutoscalingConfig(**options["autoscaling_config"])
     assert deployments["rerank"]["autoscaling_config"]["max_replicas"] == 7
+
+
+def test_a_partial_deployment_block_keeps_its_stage_defaults() -> None:
+    cfg = RagcConfig.model_validate(
+        {
+            "serve": {
+                "deployments": {"rerank": {"max_replicas": 7}},
+                "llm": {"engines": {"default": {"deployment": {"num_cpus": 0}}}},
+            }
+        }
+    )
+    rerank = cfg.serve.deployments["rerank"]
+    assert (rerank.max_replicas, rerank.target_ongoing_requests, rerank.max_ongoing_requests) == (7, 8.0, 32)
+    engine = cfg.serve.llm.engines["default"].deployment
+    assert (engine.num_cpus, engine.max_replicas, engine.target_ongoing_requests) == (0.0, 1, 8.0)
+    assert cfg.serve.deployments["ingress"].max_replicas == 4, "a stage not named keeps all its defaults"
