@@ -40,6 +40,8 @@ def cmd_up(cfg: RagcConfig, args: argparse.Namespace) -> int:
             f"{report.chunks_embedded} chunks embedded",
             file=sys.stderr,
         )
+    if args.nodes is not None:
+        cfg.local.nodes = args.nodes
     if not args.no_app:
         state = local.up_app(cfg, args.config, args.demo)
     info = local.status(cfg)
@@ -248,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", parents=[common], help="start the local embedded cluster")
     up.add_argument("--demo", action="store_true", help="ingest the bundled demo corpus; single tenant, auth off")
     up.add_argument("--no-app", action="store_true", help="start only the sidecars (Milvus, Redis)")
+    up.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="the app's Ray as a head and N worker nodes on this machine (`local.nodes`; `local.cpus_per_node` each)",
+    )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", parents=[common], help="stop what `up` started").set_defaults(func=cmd_down)
     sub.add_parser("status", parents=[common], help="describe the local cluster").set_defaults(func=cmd_status)

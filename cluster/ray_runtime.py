@@ -12,6 +12,7 @@ LOCAL_START_ATTEMPTS = 3  # the raylet's 30 s registration wait is fixed in Ray;
 # what Ray raises when its raylet never registers, or its GCS never wrote its port within the wait
 START_TIMEOUTS = ("timed out during startup", "Timed out waiting for file")
 GCS_PORT_WAIT_S = "60"  # Ray's default is 30 s: a GCS starting beside milvus-lite on 2 busy cores ran past it
+NODE_LABEL = "ragc.io/node"  # a node's name on a local multi-node cluster (`ragc up --nodes N`)
 
 
 def ensure_ray(cfg: RagcConfig) -> None:
@@ -50,3 +51,12 @@ def ensure_ray(cfg: RagcConfig) -> None:
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = True
+
+
+def node_name() -> str:
+    """The Ray node this worker runs on: its `ragc.io/node` label, else the start of its id."""
+    import ray
+
+    context = ray.get_runtime_context()
+    label = context.get_node_labels().get(NODE_LABEL)
+    return str(label) if label else context.get_node_id()[:12]

@@ -11,11 +11,13 @@ import numpy as np
 from cluster.config import RagcConfig
 from cluster.embedding_cache import EmbeddingCache, open_embedding_cache
 from cluster.models import Embedder, SentenceTransformerEmbedder
+from cluster.ray_runtime import node_name
 from cluster.store.client import connect
 from cluster.store.expr import is_in
 from cluster.store.schema import ChunkFields
 
 Batch = dict[str, np.ndarray]
+EMBEDDED_ON = "embedded_on"  # the Ray node whose actor resolved the row: the job's spread across nodes
 
 
 class VectorResolver:
@@ -94,9 +96,12 @@ class ChunkEmbedder:
         stored = StoredVectors(connect(cfg), [collection, *reuse_from])
         embedder = SentenceTransformerEmbedder(cfg.embedding)
         self._resolve = VectorResolver(embedder, stored, open_embedding_cache(cfg), cfg.embedding.passage_text)
+        self._node = node_name()
 
     def __call__(self, batch: Batch) -> Batch:
         # rows of documents that failed to parse carry an error and no text; drop them here rather than
         # in a separate filter operator, which would need a CPU of its own beside the actors
         keep = batch["error"] == ""
-        return self._resolve({column: values[keep] for column, values in batch.items()})
+        resolved = self._resolve({column: values[keep] for column, values in batch.items()})
+        resolved[EMBEDDED_ON] = np.full(len(resolved[ChunkFields.ID]), self._node)
+        return resolved

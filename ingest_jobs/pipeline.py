@@ -90,6 +90,7 @@ def embed_and_write(
             batch_format="numpy",
             num_gpus=gpus if gpus > 0 else None,
             num_cpus=0 if gpus > 0 else 1,
+            scheduling_strategy="SPREAD",  # one model per node before a second on any: a lost node costs less
         ).write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
     )
     outcome.stats = sink.stats

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray.data import Datasink
@@ -14,6 +15,7 @@ from cluster.config import RagcConfig
 from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
 from cluster.store.schema import ChunkFields
+from ingest_jobs.embed_stage import EMBEDDED_ON
 
 
 class InjectedFaultError(RuntimeError):
@@ -24,6 +26,15 @@ class InjectedFaultError(RuntimeError):
 class SinkStats:
     upserted: int = 0
     embedded: int = 0
+    by_node: dict[str, int] = field(default_factory=dict)  # rows upserted per embedding node
+
+    @classmethod
+    def total(cls, parts: Iterable[SinkStats]) -> SinkStats:
+        upserted, embedded, by_node = 0, 0, Counter[str]()
+        for part in parts:
+            upserted, embedded = upserted + part.upserted, embedded + part.embedded
+            by_node.update(part.by_node)
+        return cls(upserted, embedded, dict(by_node))
 
 
 STORED_COLUMNS = (
@@ -48,6 +59,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
         batch_size = cfg.ingest.upsert_batch_size
         fail_after = cfg.ingest.faults.fail_after_batches
         upserted = embedded = batches = 0
+        by_node = Counter[str]()
         try:
             for block in blocks:
                 rows: list[Any] = list(BlockAccessor.for_block(block).iter_rows(public_row_format=False))
@@ -59,14 +71,14 @@ class MilvusChunkSink(Datasink[SinkStats]):
                     client.upsert(self._collection, [_milvus_row(r, stemmer) for r in part])
                     upserted += len(part)
                     embedded += sum(bool(r["embedded"]) for r in part)
+                    by_node.update(str(r[EMBEDDED_ON]) for r in part)
                     batches += 1
         finally:
             client.close()
-        return SinkStats(upserted, embedded)
+        return SinkStats(upserted, embedded, dict(by_node))
 
     def on_write_complete(self, write_result: WriteResult[SinkStats]) -> None:
-        returns = write_result.write_returns
-        self.stats = SinkStats(sum(s.upserted for s in returns), sum(s.embedded for s in returns))
+        self.stats = SinkStats.total(write_result.write_returns)
 
 
 def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class SyncReport:
     chunks_embedded: int = 0
     chunks_upserted: int = 0
     chunks_total: int = 0
+    chunks_by_node: dict[str, int] = field(default_factory=dict)
     missing: int = 0
     skipped_files: int = 0
     listed: int = 0
@@ -70,6 +71,7 @@ class SyncReport:
             "chunks_embedded": self.chunks_embedded,
             "chunks_upserted": self.chunks_upserted,
             "chunks_total": self.chunks_total,
+            "chunks_by_node": self.chunks_by_node,
             "chunks_per_s": round(rate, 2),
             "seconds": round(self.seconds, 3),
             "index_version": self.index_version,
@@ -156,6 +158,7 @@ def sync_into(
     report.added = sum(doc.doc_id in new_ids for doc in landed)
     report.changed = len(landed) - report.added
     report.chunks_embedded, report.chunks_upserted = outcome.stats.embedded, outcome.stats.upserted
+    report.chunks_by_node = outcome.stats.by_node
 
     _fault_point(cfg, "before_prune")
     for start in range(0, len(plan.deleted), COMMIT_BATCH):

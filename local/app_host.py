@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from cluster.config import RagcConfig, load_config
+from local.nodes import LocalNodes, start_local_nodes
 
 logger = logging.getLogger("ragc.host")
 
@@ -24,7 +25,8 @@ def demo_config(cfg: RagcConfig) -> RagcConfig:
     return cfg
 
 
-def start_serve(cfg: RagcConfig) -> None:
+def start_serve(cfg: RagcConfig) -> LocalNodes | None:
+    """Ray (one node, or a head and `local.nodes` workers) and the Serve app; returns the nodes it started."""
     from ray import serve
 
     from cluster.ray_runtime import ensure_ray
@@ -33,10 +35,15 @@ def start_serve(cfg: RagcConfig) -> None:
 
     os.environ.update(tracing_env(cfg.serve.traces))  # the Ray processes started below inherit it
     # the local cluster's Ray serves every replica's metrics on a known port; job Rays (ingest, eval) pick their own
-    ensure_ray(
-        cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"metrics_export_port": cfg.local.metrics_port})})
-    )
+    ray_cfg = cfg.ray.model_copy(update={"metrics_export_port": cfg.local.metrics_port})
+    nodes = None
+    if cfg.local.nodes and not cfg.ray.address:
+        nodes = start_local_nodes(cfg.local.nodes, cfg.local.cpus_per_node, metrics_export_port=cfg.local.metrics_port)
+        ray_cfg = ray_cfg.model_copy(update={"address": nodes.address})
+    ensure_ray(cfg.model_copy(update={"ray": ray_cfg}))
     serve.start(
+        # one proxy: every local node shares this machine's port
+        proxy_location="HeadOnly",
         http_options={
             "host": cfg.serve.http_host,
             "port": cfg.local.http_port,
@@ -45,6 +52,7 @@ def start_serve(cfg: RagcConfig) -> None:
         tracing_config=serve_tracing_config(cfg.serve.traces),
     )
     serve.run(build_app(cfg), name=cfg.serve.app_name, route_prefix=cfg.serve.route_prefix, blocking=False)
+    return nodes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    start_serve(cfg)
+    nodes = start_serve(cfg)
     logger.info("serving on http://%s:%s", cfg.serve.http_host, cfg.local.http_port)
     while not stop.wait(1.0):
         pass
@@ -69,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
 
     serve.shutdown()
     ray.shutdown()
+    if nodes:
+        nodes.shutdown()
     return 0
 
 

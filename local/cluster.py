@@ -14,6 +14,7 @@ from typing import Any
 from cluster.config import RagcConfig
 from cluster.local_state import read_state, write_state
 from local.http_wait import NotUpError, wait_for_http
+from local.nodes import worker_metrics_port
 from local.sidecars import SidecarError, process_alive, spawn, start_milvus, start_redis, stop
 
 APP_PROCESS = "app"
@@ -54,8 +55,9 @@ def up_app(cfg: RagcConfig, config_file: Path | None, demo: bool) -> dict[str, A
             argv += ["--config", str(config_file.resolve())]
         if demo:
             argv.append("--demo")
-        env = {"RAGC_STATE_DIR": str(state_dir)}
-        state[APP_PROCESS] = spawn(APP_PROCESS, argv, state_dir / "logs", env) | {"http": http_url(cfg)}
+        env = {"RAGC_STATE_DIR": str(state_dir), "RAGC_LOCAL__NODES": str(cfg.local.nodes)}
+        record = spawn(APP_PROCESS, argv, state_dir / "logs", env)
+        state[APP_PROCESS] = record | {"http": http_url(cfg), "nodes": 1 + cfg.local.nodes}
         write_state(state_dir, state)
     wait_ready(cfg, state[APP_PROCESS])
     return state
@@ -84,16 +86,22 @@ def status(cfg: RagcConfig) -> dict[str, Any]:
         for name in (APP_PROCESS, *SIDECARS)
     }
     milvus = cfg.milvus.uri or (state.get("milvus") or {}).get("uri")
+    ray_nodes = (state.get(APP_PROCESS) or {}).get("nodes", 1) if processes[APP_PROCESS]["running"] else 0
     redis = cfg.redis.url or ((state.get("redis") or {}).get("url") if processes["redis"]["running"] else None)
     return {
         "http": http_url(cfg),
         "metrics": f"http://{cfg.local.host}:{cfg.local.metrics_port}/metrics",
+        "worker_metrics": [
+            f"http://{cfg.local.host}:{worker_metrics_port(cfg.local.metrics_port, i)}/metrics"
+            for i in range(ray_nodes - 1)
+        ],
         "milvus": milvus,
         "redis": redis if cfg.redis.enabled else None,
         "redis_note": state.get("redis_note") if not redis else None,
         "state_dir": str(state_dir),
         "processes": processes,
         "running": all(p["running"] for n, p in processes.items() if n in ("milvus", APP_PROCESS)),
+        "ray_nodes": ray_nodes,
         "answer_budget": cfg.serve.answer_budget(),
     }
 

@@ -45,6 +45,8 @@ def deployment_options(name: str, d: DeploymentConfig) -> dict[str, Any]:
             "target_ongoing_requests": d.target_ongoing_requests,
             "upscale_delay_s": d.upscale_delay_s,
             "downscale_delay_s": d.downscale_delay_s,
+            "look_back_period_s": d.look_back_period_s,
+            "metrics_interval_s": d.metrics_interval_s,
         },
         "max_ongoing_requests": d.max_ongoing_requests,
         "max_queued_requests": d.max_queued_requests,

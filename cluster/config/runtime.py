@@ -48,3 +48,10 @@ class LocalConfig(Section):
         default=8090, gt=0, lt=65536, description="Prometheus metrics of every Serve replica (`ragc up`'s Ray)"
     )
     start_timeout_s: float = Field(default=120.0, gt=0)
+    nodes: int = Field(
+        default=0,
+        ge=0,
+        description="worker nodes of the app host's Ray on this machine, beside a head that only coordinates "
+        "(`ragc up --nodes N`); 0 = one local node",
+    )
+    cpus_per_node: int = Field(default=2, ge=1, description="logical CPUs of each worker node when `nodes` > 0")

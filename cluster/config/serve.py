@@ -37,6 +37,8 @@ class DeploymentConfig(Section):
     health_check_timeout_s: float = Field(default=30.0, gt=0)
     upscale_delay_s: float = Field(default=3.0, ge=0)
     downscale_delay_s: float = Field(default=60.0, ge=0)
+    look_back_period_s: float = Field(default=30.0, gt=0, description="the window load is averaged over")
+    metrics_interval_s: float = Field(default=10.0, gt=0, description="how often replicas report their load")
 
 
 def over_defaults(given: Any, defaults: DeploymentConfig) -> Any:

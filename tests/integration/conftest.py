@@ -65,12 +65,17 @@ def ray_session(otlp_receiver: OtlpReceiver) -> Iterator[int]:
     """Local Ray for the session; yields the port its metrics agent serves Prometheus metrics on."""
     import ray
 
-    from cluster.ray_runtime import ensure_ray
-
     port = free_port()
-    ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 2, "metrics_export_port": port}}))
+    start_session_ray(port)
     yield port
     ray.shutdown()
+
+
+def start_session_ray(metrics_port: int) -> None:
+    """The session's single local node (also brought back by a module that ran on a Ray of its own)."""
+    from cluster.ray_runtime import ensure_ray
+
+    ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 2, "metrics_export_port": metrics_port}}))
 
 
 def make_config(milvus: dict[str, Any], redis: dict[str, Any] | None, state_dir: Path, **overrides: Any) -> RagcConfig:

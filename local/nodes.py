@@ -1,0 +1,80 @@
+"""Several Ray nodes on this machine: a head and N workers, each with its own logical CPUs and a
+`ragc.io/node` label. Enough to show placement, node failure and scaling for real without a second
+machine (`ragc up --nodes N`, the multi-node tests)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cluster.ray_runtime import NODE_LABEL
+
+if TYPE_CHECKING:
+    from ray._private.node import Node
+    from ray.cluster_utils import Cluster
+
+MB = 1024 * 1024
+HEAD = "head"
+
+
+def worker_name(index: int) -> str:
+    return f"worker-{index}"
+
+
+def worker_metrics_port(head_port: int, index: int) -> int:
+    """Each node's metrics agent serves the replicas on that node: the head's port, then one per worker."""
+    return head_port + 1 + index
+
+
+@dataclass
+class LocalNodes:
+    """A running head and its workers; `kill` takes a worker away as a lost machine would (SIGKILL)."""
+
+    cluster: Cluster
+    workers: dict[str, Node] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def kill(self, name: str) -> None:
+        self.cluster.remove_node(self.workers.pop(name), allow_graceful=False)
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+def start_local_nodes(
+    workers: int,
+    cpus_per_worker: int,
+    head_cpus: int = 0,
+    object_store_mb: int = 256,
+    metrics_export_port: int | None = None,
+) -> LocalNodes:
+    """Start a head (`head_cpus` logical CPUs: 0 keeps work off it, as on a cluster whose head only
+    coordinates) and `workers` nodes named `worker-0`... The caller connects with `ray.init(address=...)`.
+    With `metrics_export_port`, worker i's metrics are at `worker_metrics_port(port, i)`."""
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    common: dict[str, Any] = {"object_store_memory": object_store_mb * MB}
+    head: dict[str, Any] = common | {"num_cpus": head_cpus, "include_dashboard": False, "labels": {NODE_LABEL: HEAD}}
+    if metrics_export_port:
+        head["metrics_export_port"] = metrics_export_port
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    nodes = LocalNodes(cluster)
+    try:
+        for index in range(workers):
+            name = worker_name(index)
+            worker: dict[str, Any] = common | {"num_cpus": cpus_per_worker, "labels": {NODE_LABEL: name}}
+            if metrics_export_port:
+                worker["metrics_export_port"] = worker_metrics_port(metrics_export_port, index)
+            nodes.workers[name] = cluster.add_node(**worker)
+        cluster.wait_for_nodes()
+    except Exception:
+        cluster.shutdown()
+        raise
+    logging.getLogger(__name__).info("local Ray: a head and %d workers at %s", workers, nodes.address)
+    return nodes
