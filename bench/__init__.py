@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from cluster.config import RagcConfig
 
@@ -28,4 +29,17 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.tracing import bench_tracing
 
         return bench_tracing(cfg, args.dataset, args.limit, args.clients, args.duration)
+    if args.target == "profile":
+        from bench.profile import bench_profile
+        from local.cluster import http_url
+
+        return bench_profile(
+            args.url or http_url(cfg),
+            args.dataset,
+            [v.strip() for v in args.variants.split(",") if v.strip()],
+            [int(n) for n in args.concurrency.split(",")],
+            args.point_s,
+            args.output or cfg.state_dir / "bench" / "profile",
+            os.environ.get("RAGC_API_KEY"),
+        )
     raise ValueError(f"unknown bench target {args.target!r}")

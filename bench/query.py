@@ -43,6 +43,7 @@ class LoadResult:
     failures: int = 0
     failure_codes: dict[str, int] = field(default_factory=dict)
     stage_ms: dict[str, list[float]] = field(default_factory=dict)
+    cache_hits: int = 0
 
     @property
     def qps(self) -> float:
@@ -86,9 +87,17 @@ def load_questions(dataset: Path, limit: int) -> list[str]:
 
 
 async def closed_loop(
-    url: str, questions: list[str], clients: int, duration_s: float, name: str, warm_up_s: float = 0.0
+    url: str,
+    questions: list[str],
+    clients: int,
+    duration_s: float,
+    name: str,
+    warm_up_s: float = 0.0,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> LoadResult:
-    """`clients` workers, each sending its next question as soon as the previous answer arrived.
+    """`clients` workers, each sending its next question (with `body`'s other fields) as soon as the previous
+    answer arrived.
 
     The load runs continuously for `warm_up_s + duration_s`; only answers that arrive in the last
     `duration_s` count, so the measured window starts in a steady state rather than with every client
@@ -104,13 +113,13 @@ async def closed_loop(
 
     async def worker(offset: int) -> None:
         n = offset
-        async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=120.0, limits=limits, headers=headers) as client:
             while time.perf_counter() < stop_at:
                 started = time.perf_counter()
                 question = questions[n % len(questions)]
                 n += clients
                 try:
-                    response = await client.post(url, json={"query": question})
+                    response = await client.post(url, json=(body or {}) | {"query": question})
                 except httpx.HTTPError as exc:
                     failed(type(exc).__name__)
                     continue
@@ -121,7 +130,9 @@ async def closed_loop(
                     failed(str(response.status_code))
                     continue
                 result.latencies_s.append(finished - started)
-                for stage, info in response.json().get("stages", {}).items():
+                stages = response.json().get("stages", {})
+                result.cache_hits += str(stages.get("cache", {}).get("status", "")).startswith("hit")
+                for stage, info in stages.items():
                     if info["status"] != "skipped":
                         result.stage_ms.setdefault(stage, []).append(info["ms"])
 

@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing"])
+    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing", "profile"])
     bench.add_argument(
         "--dataset", type=Path, required=True, help="BEIR folder (corpus*.jsonl); llm: the TREC CAsT folder"
     )
@@ -334,6 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="query: measured seconds of load per system (after a 20 s warm-up)",
     )
     bench.add_argument("--questions", type=int, default=100, help="cache: labelled questions asked")
+    bench.add_argument("--url", help="profile: the service (default: the local cluster's); key in $RAGC_API_KEY")
+    bench.add_argument("--concurrency", default="1,2,4,8,16", help="profile: closed-loop client counts")
+    bench.add_argument(
+        "--variants",
+        default="default,top_k=10,no_rerank,no_text,cached",
+        help="profile: request variants (default, top_k=10, no_rerank, no_text, cached: a few repeated questions)",
+    )
+    bench.add_argument("--point-s", type=float, default=30.0, help="profile: seconds of load per point")
+    bench.add_argument("--output", type=Path, help="profile: folder for profile.csv and the charts")
     bench.set_defaults(func=cmd_bench)
 
     evaluate = sub.add_parser("eval", parents=[common], help="retrieval metrics on a BEIR-format dataset")

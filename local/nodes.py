@@ -33,11 +33,24 @@ class LocalNodes:
     """A running head and its workers; `kill` takes a worker away as a lost machine would (SIGKILL)."""
 
     cluster: Cluster
+    worker_args: dict[str, Any]
+    metrics_export_port: int | None = None
     workers: dict[str, Node] = field(default_factory=dict)
+    started: int = 0
 
     @property
     def address(self) -> str:
         return str(self.cluster.address)
+
+    def add_worker(self) -> str:
+        """Start the next worker (`worker-<n>`, never reusing a lost one's name); returns its name."""
+        index, self.started = self.started, self.started + 1
+        name = worker_name(index)
+        args = self.worker_args | {"labels": {NODE_LABEL: name}}
+        if self.metrics_export_port:
+            args["metrics_export_port"] = worker_metrics_port(self.metrics_export_port, index)
+        self.workers[name] = self.cluster.add_node(**args)
+        return name
 
     def kill(self, name: str) -> None:
         self.cluster.remove_node(self.workers.pop(name), allow_graceful=False)
@@ -64,14 +77,10 @@ def start_local_nodes(
     if metrics_export_port:
         head["metrics_export_port"] = metrics_export_port
     cluster = Cluster(initialize_head=True, head_node_args=head)
-    nodes = LocalNodes(cluster)
+    nodes = LocalNodes(cluster, common | {"num_cpus": cpus_per_worker}, metrics_export_port)
     try:
-        for index in range(workers):
-            name = worker_name(index)
-            worker: dict[str, Any] = common | {"num_cpus": cpus_per_worker, "labels": {NODE_LABEL: name}}
-            if metrics_export_port:
-                worker["metrics_export_port"] = worker_metrics_port(metrics_export_port, index)
-            nodes.workers[name] = cluster.add_node(**worker)
+        for _ in range(workers):
+            nodes.add_worker()
         cluster.wait_for_nodes()
     except Exception:
         cluster.shutdown()

@@ -1,16 +1,19 @@
-"""A head and two worker nodes on this machine (`local/nodes.py`): the expensive query stage scales out
-under load and back in after it while the cheap ones stay put; the ingestion job spreads its embedding
-actors over the nodes and keeps the exact chunk set when a node is lost mid-job.
+"""A head and two worker nodes on this machine (`local/nodes.py`): the ingestion job spreads its embedding
+actors over the nodes and keeps the exact chunk set when a node is lost mid-job (a replacement joins
+after); the expensive query stage scales out under load and back in after it while the cheap ones stay
+put; `ragc bench profile` names the bottleneck stage.
 
 This module runs on a Ray of its own; the session's single node is stopped for it and started again after."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.query import running_replicas
 from cluster.config import DeploymentConfig, RagcConfig
 from cluster.store.client import connect
 from cluster.store.expr import eq
@@ -25,9 +29,17 @@ from cluster.store.schema import ChunkFields
 from ingest_jobs.sync import SyncReport, run_sync
 from local.nodes import LocalNodes, start_local_nodes, worker_name
 from tests.eval.conftest import SCIFACT
-from tests.integration.conftest import free_port, start_session_ray
+from tests.integration.conftest import free_port, make_config, start_session_ray
 from tests.integration.test_ingest import rows_of
 
+QUESTIONS = [
+    "How are tenants kept apart?",
+    "What happens when a document is edited?",
+    "How does the reindex job avoid downtime?",
+    "How is Redis used?",
+    "What does the embedding cache store?",
+    "How are answers cited?",
+]
 WORKERS = 2
 CPUS_PER_WORKER = 2
 DOCS = 200  # SciFact abstracts: about 700 chunks, long enough a job to lose a node in the middle of it
@@ -54,97 +66,6 @@ def spread_cfg(cfg: RagcConfig) -> RagcConfig:
     out.ingest.embed_batch_rows = 32  # a few dozen batches, so that both actors get work
     out.redis.enabled = False
     return out
-
-
-def running_replicas(app: str) -> dict[str, int]:
-    from ray import serve
-
-    deployments = serve.status().applications[app].deployments
-    return {name: d.replica_states.get("RUNNING", 0) for name, d in deployments.items()}
-
-
-@pytest.fixture
-def scaling_app(nodes: LocalNodes, cfg: RagcConfig) -> Iterator[str]:
-    """Rerank is the expensive stage (a MiniLM cross-encoder over 30 pairs per question, about 1.5 s on
-    these cores) and may take 3 replicas at one request each; retrieval may take 3 at eight each. Both
-    react within seconds (a 5 s look-back) so the test sees both directions."""
-    from ray import serve
-
-    from local.cluster import DEMO_CORPUS
-    from local.http_wait import wait_for_http
-    from serve.app import build_app
-
-    run_sync(cfg, DEMO_CORPUS, "acme")
-    app_cfg = cfg.model_copy(deep=True)
-    app_cfg.serve.auth.enabled, app_cfg.serve.auth.single_tenant = False, "acme"
-    app_cfg.serve.llm.enabled = False
-    app_cfg.serve.cache.enabled = False
-    app_cfg.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # an untrained head: its cost is what matters here
-    app_cfg.serve.rerank.timeout_s = 120.0
-    quick = {"upscale_delay_s": 1.0, "downscale_delay_s": 3.0, "look_back_period_s": 5.0, "metrics_interval_s": 1.0}
-    app_cfg.serve.deployments["rerank"] = DeploymentConfig(
-        max_replicas=3, target_ongoing_requests=1, num_cpus=1, **quick
-    )
-    app_cfg.serve.deployments["retrieve"] = DeploymentConfig(max_replicas=3, target_ongoing_requests=8, **quick)
-    port = free_port()
-    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(app_cfg), name="scaling", route_prefix="/", blocking=False)
-    base = f"http://127.0.0.1:{port}"
-    wait_for_http(base + "/readyz", timeout_s=300)
-    yield base
-    serve.shutdown()
-
-
-def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app: str) -> None:
-    questions = [
-        "How are tenants kept apart?",
-        "What happens when a document is edited?",
-        "How does the reindex job avoid downtime?",
-        "How is Redis used?",
-        "What does the embedding cache store?",
-        "How are answers cited?",
-    ]
-    stop = threading.Event()
-    statuses: list[tuple[int, str]] = []
-
-    def closed_loop(n: int) -> None:
-        with httpx.Client(base_url=scaling_app, timeout=180) as client:
-            while not stop.is_set():
-                response = client.post("/v1/query", json={"query": questions[n], "rerank": True})
-                rerank = response.json()["stages"]["rerank"]["status"] if response.status_code == 200 else ""
-                statuses.append((response.status_code, rerank))
-
-    started = time.monotonic()
-    timeline: list[tuple[float, int, int]] = []
-
-    def sample() -> dict[str, int]:
-        replicas = running_replicas("scaling")
-        timeline.append((round(time.monotonic() - started, 1), replicas["rerank"], replicas["retrieve"]))
-        return replicas
-
-    assert sample()["rerank"] == 1
-    clients = [threading.Thread(target=closed_loop, args=(n,)) for n in range(len(questions))]
-    for client in clients:
-        client.start()
-    try:
-        deadline = time.monotonic() + 180
-        while sample()["rerank"] < 3 and time.monotonic() < deadline:
-            time.sleep(1.0)
-    finally:
-        stop.set()
-        for client in clients:
-            client.join()
-    load_stopped = time.monotonic() - started
-    deadline = time.monotonic() + 180
-    while sample()["rerank"] > 1 and time.monotonic() < deadline:
-        time.sleep(1.0)
-    print(json.dumps({"load_stopped_s": round(load_stopped, 1), "timeline (s, rerank, retrieve)": timeline}))
-
-    assert max(r for _, r, _ in timeline) == 3, "rerank went from one replica to its maximum under the load"
-    assert timeline[-1][1] == 1, "and back to one after the load stopped"
-    assert max(r for _, _, r in timeline) == 1, "retrieval, far below its target, never scaled with rerank"
-    assert statuses and all(code == 200 for code, _ in statuses), statuses
-    assert sum(rerank == "ok" for _, rerank in statuses) > len(statuses) / 2, statuses
 
 
 def scifact_slice(root: Path, docs: int) -> Path:
@@ -201,6 +122,7 @@ def test_ingest_spreads_over_two_nodes_and_keeps_the_exact_chunks_when_one_is_lo
     job.join(timeout=600)
     assert not job.is_alive()
     finished_s = time.monotonic() - lost_at
+    replacement = nodes.add_worker()  # as a cluster autoscaler would; the tests after this one need two workers
 
     if "error" in outcome:  # a clear reason, then a re-run on the surviving node completes it
         print(f"the job failed after losing {worker_name(1)}: {outcome['error']!r}")
@@ -220,6 +142,164 @@ def test_ingest_spreads_over_two_nodes_and_keeps_the_exact_chunks_when_one_is_lo
                 "finished_after_kill_s": round(finished_s, 1),
                 "outcome": "failed, re-run completed" if "error" in outcome else "finished on the surviving node",
                 "by_node": report.chunks_by_node,
+                "replacement": replacement,
             }
         )
     )
+
+
+@pytest.fixture(scope="module")
+def scaling_app(
+    nodes: LocalNodes,
+    milvus_server: dict[str, Any],
+    redis_server: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """Rerank is the expensive stage (a MiniLM cross-encoder over 30 pairs per question, about 1.5 s on
+    these cores) and may take 3 replicas at one request each; retrieval may take 3 at eight each. Both
+    react within seconds (a 5 s look-back) so the test sees both directions."""
+    from ray import serve
+
+    from local.cluster import DEMO_CORPUS
+    from local.http_wait import wait_for_http
+    from serve.app import build_app
+
+    cfg = make_config(milvus_server, redis_server, tmp_path_factory.mktemp("scaling") / "state")
+    run_sync(cfg, DEMO_CORPUS, "acme")
+    app_cfg = cfg.model_copy(deep=True)
+    app_cfg.serve.auth.enabled, app_cfg.serve.auth.single_tenant = False, "acme"
+    app_cfg.serve.llm.enabled = False
+    app_cfg.serve.cache.enabled = False
+    app_cfg.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # an untrained head: its cost is what matters here
+    app_cfg.serve.rerank.timeout_s = 120.0
+    quick = {"upscale_delay_s": 1.0, "downscale_delay_s": 3.0, "look_back_period_s": 5.0, "metrics_interval_s": 1.0}
+    app_cfg.serve.deployments["rerank"] = DeploymentConfig(
+        max_replicas=3, target_ongoing_requests=1, num_cpus=1, **quick
+    )
+    app_cfg.serve.deployments["retrieve"] = DeploymentConfig(max_replicas=3, target_ongoing_requests=8, **quick)
+    port = free_port()
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(app_cfg), name="scaling", route_prefix="/", blocking=False)
+    base = f"http://127.0.0.1:{port}"
+    wait_for_http(base + "/readyz", timeout_s=300)
+    yield base
+    serve.shutdown()
+
+
+class Load:
+    """Closed-loop clients, one per question, from `with` until its end: each response's time, code and
+    rerank status."""
+
+    def __init__(self, base: str, clients: int) -> None:
+        self._base, self._stop = base, threading.Event()
+        self._threads = [threading.Thread(target=self._client, args=(QUESTIONS[n],)) for n in range(clients)]
+        self.responses: list[tuple[float, int, str]] = []
+
+    def _client(self, question: str) -> None:
+        with httpx.Client(base_url=self._base, timeout=180) as client:
+            while not self._stop.is_set():
+                response = client.post("/v1/query", json={"query": question, "rerank": True})
+                rerank = response.json()["stages"]["rerank"]["status"] if response.status_code == 200 else ""
+                self.responses.append((time.monotonic(), response.status_code, rerank))
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+def wait_for_replicas(stage: str, wanted: Callable[[int], bool], timeout_s: float) -> float:
+    """Seconds until `wanted(running replicas of stage)`; fails the test past `timeout_s`."""
+    started = time.monotonic()
+    while not wanted(running_replicas("scaling")[stage]):
+        assert time.monotonic() - started < timeout_s, f"{stage}: {running_replicas('scaling')}"
+        time.sleep(1.0)
+    return time.monotonic() - started
+
+
+def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app: str) -> None:
+    started = time.monotonic()
+    timeline: list[tuple[float, int, int]] = []
+
+    def sample() -> dict[str, int]:
+        replicas = running_replicas("scaling")
+        timeline.append((round(time.monotonic() - started, 1), replicas["rerank"], replicas["retrieve"]))
+        return replicas
+
+    assert sample()["rerank"] == 1
+    with Load(scaling_app, clients=len(QUESTIONS)) as load:
+        deadline = time.monotonic() + 180
+        while sample()["rerank"] < 3 and time.monotonic() < deadline:
+            time.sleep(1.0)
+    load_stopped = time.monotonic() - started
+    deadline = time.monotonic() + 180
+    while sample()["rerank"] > 1 and time.monotonic() < deadline:
+        time.sleep(1.0)
+    print(json.dumps({"load_stopped_s": round(load_stopped, 1), "timeline (s, rerank, retrieve)": timeline}))
+
+    assert max(r for _, r, _ in timeline) == 3, "rerank went from one replica to its maximum under the load"
+    assert timeline[-1][1] == 1, "and back to one after the load stopped"
+    assert max(r for _, _, r in timeline) == 1, "retrieval, far below its target, never scaled with rerank"
+    statuses = [(code, rerank) for _, code, rerank in load.responses]
+    assert statuses and all(code == 200 for code, _ in statuses), statuses
+    assert sum(rerank == "ok" for _, rerank in statuses) > len(statuses) / 2, statuses
+
+
+def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: str, nodes: LocalNodes) -> None:
+    """Three rerank replicas need both 2-CPU workers, so the lost worker takes at least one of them (and
+    whatever else Serve put there). Answers keep coming (a rerank that died mid-request falls back to the
+    fused order); Serve reschedules what fits on the survivor, and the rest once a replacement joins."""
+    with Load(scaling_app, clients=4) as load:
+        wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
+        lost = max(nodes.workers, key=lambda name: int(name.rsplit("-", 1)[1]))
+        lost_at = time.monotonic()
+        nodes.kill(lost)
+        deadline = lost_at + 180
+        while True:  # recovered: the last five answers, all sent after the loss, were reranked
+            after = [r for t, _, r in load.responses if t > lost_at + 1.0][-5:]
+            if len(after) == 5 and all(r == "ok" for r in after):
+                break
+            assert time.monotonic() < deadline, load.responses[-10:]
+            time.sleep(0.5)
+        recovered_s = time.monotonic() - lost_at
+        replacement = nodes.add_worker()
+        wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
+        rescheduled_s = time.monotonic() - lost_at
+    codes = Counter(code for _, code, _ in load.responses)
+    since_loss = Counter(r for t, _, r in load.responses if t > lost_at)
+    print(
+        json.dumps(
+            {
+                "lost": lost,
+                "replacement": replacement,
+                "answers_reranked_again_after_s": round(recovered_s, 1),
+                "three_rerank_replicas_again_after_s": round(rescheduled_s, 1),
+                "codes": codes,
+                "rerank_since_loss": since_loss,
+            }
+        )
+    )
+    assert set(codes) == {200}, codes
+
+
+def test_the_profile_names_rerank_as_the_bottleneck_and_writes_its_csv_and_charts(
+    scaling_app: str, tmp_path: Path
+) -> None:
+    from bench.profile import bench_profile
+
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"text": q}) + "\n" for q in QUESTIONS * 4))
+    out = tmp_path / "profile"
+    assert bench_profile(scaling_app, tmp_path, ["default", "no_rerank"], [1, 2], 4.0, out) == 0
+    with (out / "profile.csv").open(encoding="utf-8") as handle:
+        rows = {(r["variant"], int(r["concurrency"])): r for r in csv.DictReader(handle)}
+    assert set(rows) == {("default", 1), ("default", 2), ("no_rerank", 1), ("no_rerank", 2)}
+    for (variant, _), row in rows.items():
+        assert int(row["requests"]) > 0 and int(row["errors"]) == 0 and float(row["throughput_rps"]) > 0, row
+        assert (row["bottleneck"] == "rerank") == (variant == "default"), row
+        assert float(row["retrieve_p50_ms"]) > 0
+    assert all((out / name).stat().st_size > 10_000 for name in ("profile_stage_latency.png", "profile_throughput.png"))
