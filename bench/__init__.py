@@ -29,6 +29,10 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.tracing import bench_tracing
 
         return bench_tracing(cfg, args.dataset, args.limit, args.clients, args.duration)
+    if args.target == "prefix":
+        from bench.prefix import bench_prefix
+
+        return bench_prefix(cfg, args.dataset)
     if args.target == "profile":
         from bench.profile import bench_profile
         from local.cluster import http_url

@@ -321,9 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing", "profile"])
+    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing", "profile", "prefix"])
     bench.add_argument(
-        "--dataset", type=Path, required=True, help="BEIR folder (corpus*.jsonl); llm: the TREC CAsT folder"
+        "--dataset",
+        type=Path,
+        required=True,
+        help="BEIR folder (corpus*.jsonl); llm: the TREC CAsT folder; prefix: markdown documents (local/demo_corpus)",
     )
     bench.add_argument("--limit", type=int, default=0, help="first N documents (llm: follow-up turns); 0 = all")
     bench.add_argument("--clients", type=int, default=16, help="query: concurrent closed-loop clients")

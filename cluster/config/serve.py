@@ -343,6 +343,11 @@ class LLMEngineConfig(Section):
     )
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1, description="GPU only")
     tensor_parallel_size: int = Field(default=1, ge=1)
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="reuse the KV cache of a prompt's shared start (system prompt, then passages in rank order); "
+        "null: the engine's default for the platform (`ragc bench prefix` measures time to first token both ways)",
+    )
     deployment: DeploymentConfig = Field(default_factory=_llm_deployment)
 
     @field_validator("deployment", mode="before")

@@ -59,6 +59,7 @@ class LLMEngine(FaultHooks):
             max_num_seqs=ecfg.max_num_seqs,
             tensor_parallel_size=ecfg.tensor_parallel_size,
             gpu_memory_utilization=ecfg.gpu_memory_utilization,
+            enable_prefix_caching=ecfg.enable_prefix_caching,
         )
         self._engine = AsyncLLM.from_engine_args(args)
         self._watchdog = guard_children()
