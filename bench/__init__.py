@@ -16,7 +16,7 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
     if args.target == "query":
         from bench.query import bench_query
 
-        return bench_query(cfg, args.dataset, args.limit, args.clients, args.duration)
+        return bench_query(cfg, args.dataset, args.limit, args.clients or 16, args.duration)
     if args.target == "cache":
         from bench.cache import bench_cache
 
@@ -28,7 +28,11 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
     if args.target == "tracing":
         from bench.tracing import bench_tracing
 
-        return bench_tracing(cfg, args.dataset, args.limit, args.clients, args.duration)
+        return bench_tracing(cfg, args.dataset, args.limit, args.clients or 16, args.duration)
+    if args.target == "rerank":
+        from bench.rerank_batching import bench_rerank
+
+        return bench_rerank(cfg, args.dataset, args.clients or 8)
     if args.target == "prefix":
         from bench.prefix import bench_prefix
 

@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing", "profile", "prefix"])
+    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing", "profile", "prefix", "rerank"])
     bench.add_argument(
         "--dataset",
         type=Path,
@@ -329,7 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="BEIR folder (corpus*.jsonl); llm: the TREC CAsT folder; prefix: markdown documents (local/demo_corpus)",
     )
     bench.add_argument("--limit", type=int, default=0, help="first N documents (llm: follow-up turns); 0 = all")
-    bench.add_argument("--clients", type=int, default=16, help="query: concurrent closed-loop clients")
+    bench.add_argument(
+        "--clients", type=int, help="concurrent closed-loop clients (query, tracing: 16; rerank: 8 requests at once)"
+    )
     bench.add_argument(
         "--duration",
         type=float,
