@@ -42,7 +42,7 @@ QUESTIONS = [
 ]
 WORKERS = 2
 CPUS_PER_WORKER = 2
-DOCS = 200  # SciFact abstracts: about 700 chunks, long enough a job to lose a node in the middle of it
+DOCS = 120  # SciFact abstracts: about 400 chunks, long enough a job to lose a node in the middle of it
 
 
 @pytest.fixture(scope="module")
