@@ -16,7 +16,11 @@ def rendered(messages: list[dict[str, str]]) -> str:
 
 def test_prompts_over_the_same_passages_differ_only_after_the_passages() -> None:
     sets = prompt_sets(corpus_passages(DEMO_CORPUS), 900)
-    assert all(len(prompts) == len(QUESTIONS) for prompts in sets.values())
+    assert all(len(prompts) == len(QUESTIONS) for name, prompts in sets.items() if name != "warm_up")
+    warm_up_passages = {m[-1]["content"].split("Question:")[0] for m in sets["warm_up"]}
+    assert len(warm_up_passages) == 1 and not warm_up_passages & {
+        m[-1]["content"].split("Question:")[0] for name in ("repeated", "overlapping") for m in sets[name]
+    }, "the warm-up primes no prefix a measured set uses"
     repeated = {rendered(m) for m in sets["repeated"]}
     assert len(repeated) == 1
     shared = [rendered(m) for m in sets["shared_passages"]]
