@@ -129,14 +129,17 @@ async def sweep(
     duration_s: float,
     headers: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each point gets questions not asked before in this run (the `cached` variant excepted), so the
-    response cache answers only where the variant means it to."""
+    """Each point gets questions its variant has not asked before (the `cached` variant excepted), so the
+    response cache answers only where the variant means it to: the variants' switches (top_k, rerank,
+    mode) are part of the cache key, so each starts at the first question. A variant that runs out of
+    questions goes round again, and its rows say so (`questions_reused`)."""
     rows: list[dict[str, Any]] = []
-    cursor = 0
     for variant in variants:
+        cursor = 0
         for clients in concurrency:
-            fresh = questions[cursor:]
-            asked = questions[:REPEATED_QUESTIONS] if variant.repeat else fresh or questions
+            start = cursor % len(questions)
+            rotated = questions[start:] + questions[:start]
+            asked = questions[:REPEATED_QUESTIONS] if variant.repeat else rotated
             name, body = variant.name, variant.body
             result = await closed_loop(url, asked, clients, duration_s, name, body=body, headers=headers)
             row = point_row(variant.name, result)

@@ -4,6 +4,8 @@ import csv
 import math
 from pathlib import Path
 
+import pytest
+
 from bench.profile import bottleneck, draw, point_row, write_csv
 from bench.query import LoadResult
 
@@ -46,3 +48,31 @@ def test_the_csv_holds_every_column_of_every_point_and_two_charts_are_drawn(tmp_
     charts = draw(rows, tmp_path)
     assert [c.name for c in charts] == ["profile_stage_latency.png", "profile_throughput.png"]
     assert all(c.stat().st_size > 10_000 for c in charts)
+
+
+def test_each_variant_starts_at_the_first_question_and_its_levels_ask_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import bench.profile as profile
+
+    firsts: list[tuple[str, int, str, int]] = []
+
+    async def fake_loop(
+        url: str, asked: list[str], clients: int, duration_s: float, name: str, **_: object
+    ) -> LoadResult:
+        firsts.append((name, clients, asked[0], len(asked)))
+        return LoadResult(name, duration_s, clients, latencies_s=[0.1] * 3)  # 3 answers + 1 past the window each
+
+    monkeypatch.setattr(profile, "closed_loop", fake_loop)
+    questions = [f"q{n}" for n in range(10)]
+    variants = [profile.VARIANTS["default"], profile.VARIANTS["no_rerank"], profile.VARIANTS["cached"]]
+    rows = asyncio.run(profile.sweep("http://x/v1/query", questions, variants, [1, 2], 1.0))
+    assert firsts == [
+        ("default", 1, "q0", 10),
+        ("default", 2, "q4", 10),  # q0-q2 answered, q3 past the window
+        ("no_rerank", 1, "q0", 10),
+        ("no_rerank", 2, "q4", 10),
+        ("cached", 1, "q0", profile.REPEATED_QUESTIONS),
+        ("cached", 2, "q0", profile.REPEATED_QUESTIONS),
+    ]
+    assert [r["questions_reused"] for r in rows if r["variant"] == "default"] == [False, False]
