@@ -18,7 +18,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from bench.query import running_replicas
@@ -31,6 +30,7 @@ from local.nodes import LocalNodes, start_local_nodes, worker_name
 from tests.eval.conftest import SCIFACT
 from tests.integration.conftest import free_port, make_config, start_session_ray
 from tests.integration.test_ingest import rows_of
+from tests.integration.test_resilience import LoadLoop
 
 QUESTIONS = [
     "How are tenants kept apart?",
@@ -186,31 +186,12 @@ def scaling_app(
     serve.shutdown()
 
 
-class Load:
-    """Closed-loop clients, one per question, from `with` until its end: each response's time, code and
-    rerank status."""
-
-    def __init__(self, base: str, clients: int) -> None:
-        self._base, self._stop = base, threading.Event()
-        self._threads = [threading.Thread(target=self._client, args=(QUESTIONS[n],)) for n in range(clients)]
-        self.responses: list[tuple[float, int, str]] = []
-
-    def _client(self, question: str) -> None:
-        with httpx.Client(base_url=self._base, timeout=180) as client:
-            while not self._stop.is_set():
-                response = client.post("/v1/query", json={"query": question, "rerank": True})
-                rerank = response.json()["stages"]["rerank"]["status"] if response.status_code == 200 else ""
-                self.responses.append((time.monotonic(), response.status_code, rerank))
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
+def answered(load: LoadLoop) -> list[tuple[float, int, str]]:
+    """Each response of the load so far: when it arrived, its code and what the rerank stage did."""
+    return [
+        (o.started + o.seconds, o.status, o.body.get("stages", {}).get("rerank", {}).get("status", ""))
+        for o in list(load.outcomes)
+    ]
 
 
 def wait_for_replicas(stage: str, wanted: Callable[[int], bool], timeout_s: float) -> float:
@@ -232,7 +213,7 @@ def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app
         return replicas
 
     assert sample()["rerank"] == 1
-    with Load(scaling_app, clients=len(QUESTIONS)) as load:
+    with LoadLoop(scaling_app + "/v1/query", workers=len(QUESTIONS)) as load:
         deadline = time.monotonic() + 180
         while sample()["rerank"] < 3 and time.monotonic() < deadline:
             time.sleep(1.0)
@@ -245,7 +226,7 @@ def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app
     assert max(r for _, r, _ in timeline) == 3, "rerank went from one replica to its maximum under the load"
     assert timeline[-1][1] == 1, "and back to one after the load stopped"
     assert max(r for _, _, r in timeline) == 1, "retrieval, far below its target, never scaled with rerank"
-    statuses = [(code, rerank) for _, code, rerank in load.responses]
+    statuses = [(code, rerank) for _, code, rerank in answered(load)]
     assert statuses and all(code == 200 for code, _ in statuses), statuses
     assert sum(rerank == "ok" for _, rerank in statuses) > len(statuses) / 2, statuses
 
@@ -254,24 +235,24 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
     """Three rerank replicas need both 2-CPU workers, so the lost worker takes at least one of them (and
     whatever else Serve put there). Answers keep coming (a rerank that died mid-request falls back to the
     fused order); Serve reschedules what fits on the survivor, and the rest once a replacement joins."""
-    with Load(scaling_app, clients=4) as load:
+    with LoadLoop(scaling_app + "/v1/query", workers=4) as load:
         wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
         lost = max(nodes.workers, key=lambda name: int(name.rsplit("-", 1)[1]))
         lost_at = time.monotonic()
         nodes.kill(lost)
         deadline = lost_at + 180
         while True:  # recovered: the last five answers, all sent after the loss, were reranked
-            after = [r for t, _, r in load.responses if t > lost_at + 1.0][-5:]
+            after = [r for t, _, r in answered(load) if t > lost_at + 1.0][-5:]
             if len(after) == 5 and all(r == "ok" for r in after):
                 break
-            assert time.monotonic() < deadline, load.responses[-10:]
+            assert time.monotonic() < deadline, answered(load)[-10:]
             time.sleep(0.5)
         recovered_s = time.monotonic() - lost_at
         replacement = nodes.add_worker()
         wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
         rescheduled_s = time.monotonic() - lost_at
-    codes = Counter(code for _, code, _ in load.responses)
-    since_loss = Counter(r for t, _, r in load.responses if t > lost_at)
+    codes = Counter(code for _, code, _ in answered(load))
+    since_loss = Counter(r for t, _, r in answered(load) if t > lost_at)
     print(
         json.dumps(
             {
