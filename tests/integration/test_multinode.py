@@ -233,8 +233,11 @@ def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app
 
 def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: str, nodes: LocalNodes) -> None:
     """Three rerank replicas need both 2-CPU workers, so the lost worker takes at least one of them (and
-    whatever else Serve put there). Answers keep coming (a rerank that died mid-request falls back to the
-    fused order); Serve reschedules what fits on the survivor, and the rest once a replacement joins."""
+    whatever else Serve put there). Requests keep getting answers (a rerank that died mid-request falls
+    back to the fused order) or the documented 503 while a lost retrieval replica is rescheduled; Serve
+    reschedules what fits on the survivor, and the rest once a replacement joins. A request in flight on
+    a lost ingress replica gets a 500 from Serve's proxy, which does not retry a request a replica had
+    accepted (seen in a CI run: 4 of 73, one per client): the one other failure allowed."""
     with LoadLoop(scaling_app + "/v1/query", workers=4) as load:
         wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
         lost = max(nodes.workers, key=lambda name: int(name.rsplit("-", 1)[1]))
@@ -253,6 +256,8 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
         rescheduled_s = time.monotonic() - lost_at
     codes = Counter(code for _, code, _ in answered(load))
     since_loss = Counter(r for t, _, r in answered(load) if t > lost_at)
+    in_flight = [o for o in load.outcomes if o.started < lost_at < o.started + o.seconds]
+    failed = [o for o in load.outcomes if o.status != 200]
     print(
         json.dumps(
             {
@@ -262,10 +267,14 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
                 "three_rerank_replicas_again_after_s": round(rescheduled_s, 1),
                 "codes": codes,
                 "rerank_since_loss": since_loss,
+                "in_flight_at_the_loss": len(in_flight),
             }
         )
     )
-    assert set(codes) == {200}, codes
+    unexplained = [o for o in failed if o.status != 503 and not (o.status == 500 and o in in_flight)]
+    assert not unexplained, [(o.status, o.body) for o in unexplained]
+    assert all("retrieval unavailable" in o.body.get("error", "") for o in failed if o.status == 503)
+    assert codes[200] > len(failed), codes
 
 
 def test_the_profile_names_rerank_as_the_bottleneck_and_writes_its_csv_and_charts(
