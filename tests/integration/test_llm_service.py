@@ -59,7 +59,8 @@ def service(
         "auth": {"api_keys": {"file": str(keys)}},
         "request_timeout_s": 90,
         "cache": {"enabled": False},
-        "rewrite": {"timeout_s": 30},
+        # a short HyDE passage and room for it: beside the gate (`make test`) the CPU engine runs at half speed
+        "rewrite": {"timeout_s": 40, "hyde_max_tokens": 48},
         "synthesize": {"timeout_s": 30, "max_tokens": 64},
         "llm": {"engines": {"default": {"kv_cache_gb": 1, "deployment": {"num_cpus": 0}}}},
         # these tests assert the engine's own timeouts and restart per request; the circuit breaker in front
@@ -391,8 +392,11 @@ def test_engine_slower_than_its_timeout_falls_back_to_extractive(service: dict[s
         engine.inject_delay.remote(0).result()
     assert time.monotonic() - started < service["cfg"].serve.request_timeout_s, "nothing waits past the deadline"
     for out in outs:
+        # an answer the stalled engine took times out; one that admission predicts cannot finish in the time
+        # left is refused at once (how soon depends on the engine's measured speed, i.e. on the machine)
         synthesize = out["stages"]["synthesize"]
-        assert synthesize["status"] == "fallback" and "timed out" in synthesize["detail"]
+        assert synthesize["status"] == "fallback", synthesize
+        assert "timed out" in synthesize["detail"] or "engine busy" in synthesize["detail"], synthesize
         assert out["citations"] and out["grounded"], "the extractive answer cites its passages"
     rewrite = outs[0]["stages"]["rewrite"]
     assert rewrite["status"] == "fallback" and rewrite["detail"].startswith("original query used: timed out")
