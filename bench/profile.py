@@ -91,20 +91,25 @@ def draw(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     variants = list(dict.fromkeys(r["variant"] for r in rows))
-    fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 4), squeeze=False, sharey=True)
+    stages = sorted({c[: -len("_p50_ms")] for r in rows for c in r if c.endswith("_p50_ms") and c != "p50_ms"})
+    colours = {stage: f"C{n}" for n, stage in enumerate(stages)}  # a stage keeps its colour in every panel
+    fig, axes = plt.subplots(1, len(variants), figsize=(4 * len(variants), 4), squeeze=False, sharey=True)
     for ax, variant in zip(axes[0], variants, strict=True):
         points = [r for r in rows if r["variant"] == variant]
         levels = [r["concurrency"] for r in points]
-        stages = sorted({c[: -len("_p50_ms")] for r in points for c in r if c.endswith("_p50_ms")})
         for stage in stages:
-            ax.plot(levels, [r.get(f"{stage}_p50_ms", math.nan) for r in points], marker="o", label=f"{stage} p50")
+            values = [r.get(f"{stage}_p50_ms", math.nan) for r in points]
+            if not all(math.isnan(v) for v in values):
+                ax.plot(levels, values, marker="o", color=colours[stage], label=f"{stage} p50")
         ax.plot(levels, [r["p95_ms"] for r in points], "k--", marker="x", label="end to end p95")
         ax.set(title=variant, xlabel="concurrent clients", xscale="log", yscale="log")
-        ax.set_xticks(levels, [str(n) for n in levels])
+        concurrency_ticks(ax, levels)
     axes[0][0].set_ylabel("ms")
-    axes[0][-1].legend(fontsize="small")
+    handles = [plt.Line2D([], [], color=colours[s], marker="o", label=f"{s} p50") for s in stages]
+    handles.append(plt.Line2D([], [], color="k", linestyle="--", marker="x", label="end to end p95"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize="small")
     latency = out / "profile_stage_latency.png"
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(latency, dpi=110)
     plt.close(fig)
 
@@ -112,13 +117,23 @@ def draw(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     for variant in variants:
         points = [r for r in rows if r["variant"] == variant]
         ax.plot([r["concurrency"] for r in points], [r["throughput_rps"] for r in points], marker="o", label=variant)
-    ax.set(xlabel="concurrent clients", ylabel="answers / s", xscale="log", title="throughput")
+    # log scale: answers from the cache or without an LLM come hundreds of times faster than generated ones
+    ax.set(xlabel="concurrent clients", ylabel="answers / s", xscale="log", yscale="log", title="throughput")
+    concurrency_ticks(ax, sorted({r["concurrency"] for r in rows}))
     ax.legend(fontsize="small")
     throughput = out / "profile_throughput.png"
     fig.tight_layout()
     fig.savefig(throughput, dpi=110)
     plt.close(fig)
     return [latency, throughput]
+
+
+def concurrency_ticks(ax: Any, levels: list[int]) -> None:
+    """The measured client counts as plain numbers on a log axis (no 3x10^0 minor labels)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xticks(levels, [str(n) for n in levels])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 async def sweep(
