@@ -44,6 +44,8 @@ class LoadResult:
     failure_codes: dict[str, int] = field(default_factory=dict)
     stage_ms: dict[str, list[float]] = field(default_factory=dict)
     cache_hits: int = 0
+    # per answer: its end-to-end seconds and the ms of each stage that ran (where a slow answer lost time)
+    answers: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
     @property
     def qps(self) -> float:
@@ -67,6 +69,19 @@ class LoadResult:
 
     def pct(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q)) if self.latencies_s else float("nan")
+
+    def time_split(self, above_pct: float = 0.0) -> dict[str, float]:
+        """Mean ms per stage over the answers slower than the `above_pct` percentile (0: every answer),
+        and `outside_stages`: end to end minus the stages' sum (the proxy, the ingress's queue, the client)."""
+        floor = self.pct(above_pct) if above_pct else 0.0
+        chosen = [(seconds, stages) for seconds, stages in self.answers if seconds >= floor]
+        if not chosen:
+            return {}
+        names = sorted({name for _, stages in chosen for name in stages})
+        split = {name: float(np.mean([stages.get(name, 0.0) for _, stages in chosen])) for name in names}
+        split["end_to_end"] = float(np.mean([seconds * 1000 for seconds, _ in chosen]))
+        split["outside_stages"] = split["end_to_end"] - sum(split[name] for name in names)
+        return {name: round(ms, 1) for name, ms in split.items()} | {"answers": len(chosen)}
 
 
 def free_port() -> int:
@@ -132,9 +147,14 @@ async def closed_loop(
                 result.latencies_s.append(finished - started)
                 stages = response.json().get("stages", {})
                 result.cache_hits += str(stages.get("cache", {}).get("status", "")).startswith("hit")
-                for stage, info in stages.items():
-                    if info["status"] not in ("skipped", "cached"):  # a stage that did not run took no time
-                        result.stage_ms.setdefault(stage, []).append(info["ms"])
+                ran = {
+                    stage: float(info["ms"])
+                    for stage, info in stages.items()
+                    if info["status"] not in ("skipped", "cached")  # a stage that did not run took no time
+                }
+                for stage, ms in ran.items():
+                    result.stage_ms.setdefault(stage, []).append(ms)
+                result.answers.append((finished - started, ran))
 
     await asyncio.gather(*(worker(i) for i in range(clients)))
     return result
@@ -228,6 +248,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     serve.delete("bench")
 
     stage_p50 = {s: float(np.percentile(v, 50)) for s, v in ours.stage_ms.items()}
+    stage_p95 = {s: float(np.percentile(v, 95)) for s, v in ours.stage_ms.items()}  # which stage owns the tail
     overhead = ours.pct(50) * 1000 / sum(stage_p50.values())
     report = {
         "bench": "query",
@@ -240,6 +261,9 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
         "ratio_p50": round(ours.pct(50) / ref.pct(50), 3),
         "ratio_p95": round(ours.pct(95) / ref.pct(95), 3),
         "stage_p50_ms": {k: round(v, 1) for k, v in stage_p50.items()},
+        "stage_p95_ms": {k: round(v, 1) for k, v in stage_p95.items()},
+        "time_split_all_ms": ours.time_split(),
+        "time_split_slowest_5pct_ms": ours.time_split(95),
         "overhead_e2e_p50_over_stage_sum": round(overhead, 3),
         "cluster_rss_idle_mb": round(idle_mb),
         "cluster_rss_peak_under_load_mb": round(peak.peak_bytes / MB),
@@ -258,6 +282,9 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     print(
         f"overhead: e2e p50 / sum of stage p50 = {overhead:.3f} (target <= 1.15); stage p50s {report['stage_p50_ms']}"
     )
+    print(f"stage p95s {report['stage_p95_ms']}")
+    print(f"mean ms per stage, all answers: {report['time_split_all_ms']}")
+    print(f"mean ms per stage, slowest 5%:  {report['time_split_slowest_5pct_ms']}")
     print(f"replicas after the load (autoscaled): {replicas}")
     print(f"local cluster RSS: idle {idle_mb:.0f} MB, peak under load {peak.peak_bytes / MB:.0f} MB")
     print(json.dumps(report))
