@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +187,33 @@ def running_replicas(app: str) -> dict[str, int]:
     return {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
 
 
+class ReplicaTimeline:
+    """Running replicas per stage of a Serve app, sampled from its start: each change with its second.
+    A tail that the autoscaler causes shows as a replica that arrived during the measured window."""
+
+    def __init__(self, app: str, interval_s: float = 2.0) -> None:
+        self.changes: list[tuple[float, dict[str, int]]] = []
+        self._app, self._interval_s = app, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            replicas = running_replicas(self._app)
+            if not self.changes or self.changes[-1][1] != replicas:
+                self.changes.append((round(time.monotonic() - started, 1), replicas))
+            self._stop.wait(self._interval_s)
+
+    def __enter__(self) -> ReplicaTimeline:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def bench_config(cfg: RagcConfig) -> RagcConfig:
     cfg = cfg.model_copy(deep=True)
     cfg.milvus.collection = "ragc_bench_query"
@@ -242,7 +270,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     idle_mb = total_rss() / MB
     # every stage autoscales as configured; the warm-up (as long as the reference's) carries the full
     # load long enough for the replica counts to settle before the measured window
-    with PeakMemory() as peak:
+    with PeakMemory() as peak, ReplicaTimeline("bench") as timeline:
         ours = asyncio.run(closed_loop(url, questions, clients, duration_s, "ragc Serve app", WARM_UP_S))
     replicas = running_replicas("bench")
     serve.delete("bench")
@@ -268,6 +296,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
         "cluster_rss_idle_mb": round(idle_mb),
         "cluster_rss_peak_under_load_mb": round(peak.peak_bytes / MB),
         "replicas": replicas,
+        "replicas_timeline_s": timeline.changes,  # from the start of the warm-up; measured from WARM_UP_S
     }
     for r in (ref, ours):
         print(
@@ -285,7 +314,10 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     print(f"stage p95s {report['stage_p95_ms']}")
     print(f"mean ms per stage, all answers: {report['time_split_all_ms']}")
     print(f"mean ms per stage, slowest 5%:  {report['time_split_slowest_5pct_ms']}")
-    print(f"replicas after the load (autoscaled): {replicas}")
+    print(
+        f"replicas after the load (autoscaled): {replicas}; over time (s from the warm-up's start, measured "
+        f"from {WARM_UP_S:.0f} s): {timeline.changes}"
+    )
     print(f"local cluster RSS: idle {idle_mb:.0f} MB, peak under load {peak.peak_bytes / MB:.0f} MB")
     print(json.dumps(report))
     return 0  # the bench collection is kept: a re-run ingests nothing (incremental sync)
