@@ -55,6 +55,16 @@ class LocalNodes:
     def kill(self, name: str) -> None:
         self.cluster.remove_node(self.workers.pop(name), allow_graceful=False)
 
+    def replace_dead_workers(self) -> dict[str, str]:
+        """Each worker with a dead process (its raylet, object store or agents) is removed and a new worker
+        started in its place, as a cluster autoscaler replaces a lost machine; returns {dead: replacement}."""
+        dead = [name for name, node in self.workers.items() if not node.remaining_processes_alive()]
+        replaced = {}
+        for name in dead:
+            self.kill(name)
+            replaced[name] = self.add_worker()
+        return replaced
+
     def shutdown(self) -> None:
         self.cluster.shutdown()
 
