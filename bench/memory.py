@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import psutil
+
+from bench.sampling import BackgroundSampler
 
 MB = 1024 * 1024
 
@@ -37,23 +38,11 @@ def total_rss(processes: Callable[[], list[psutil.Process]] = ray_and_self) -> i
     return total
 
 
-class PeakMemory:
+class PeakMemory(BackgroundSampler):
     def __init__(self, interval_s: float = 0.5, processes: Callable[[], list[psutil.Process]] = ray_and_self) -> None:
+        super().__init__(interval_s)
         self.peak_bytes = 0
-        self._interval_s = interval_s
         self._processes = processes
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak_bytes = max(self.peak_bytes, total_rss(self._processes))
-            self._stop.wait(self._interval_s)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        self.peak_bytes = max(self.peak_bytes, total_rss(self._processes))

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import yaml
 
 from bench.ingest import write_subset
 from bench.memory import MB, PeakMemory, total_rss
+from bench.sampling import BackgroundSampler
 from cluster.config import RagcConfig
 from cluster.ray_runtime import ensure_ray
 from ingest_jobs.sync import run_sync
@@ -187,31 +187,19 @@ def running_replicas(app: str) -> dict[str, int]:
     return {name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in deployments.items()}
 
 
-class ReplicaTimeline:
+class ReplicaTimeline(BackgroundSampler):
     """Running replicas per stage of a Serve app, sampled from its start: each change with its second.
     A tail that the autoscaler causes shows as a replica that arrived during the measured window."""
 
     def __init__(self, app: str, interval_s: float = 2.0) -> None:
+        super().__init__(interval_s)
         self.changes: list[tuple[float, dict[str, int]]] = []
-        self._app, self._interval_s = app, interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._app, self._started = app, time.monotonic()
 
-    def _run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.is_set():
-            replicas = running_replicas(self._app)
-            if not self.changes or self.changes[-1][1] != replicas:
-                self.changes.append((round(time.monotonic() - started, 1), replicas))
-            self._stop.wait(self._interval_s)
-
-    def __enter__(self) -> ReplicaTimeline:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        replicas = running_replicas(self._app)
+        if not self.changes or self.changes[-1][1] != replicas:
+            self.changes.append((round(time.monotonic() - self._started, 1), replicas))
 
 
 def bench_config(cfg: RagcConfig) -> RagcConfig:
