@@ -14,7 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from math import inf
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,10 @@ from ingest_jobs.sync import run_sync
 from local.http_wait import wait_for_http
 
 BENCH_TENANT = "bench"
+BENCH_SOURCE = "bench_subset"
 READY_TIMEOUT_S = 300.0
 WARM_UP_S = 20.0
+MAX_WARM_UP_S = 240.0  # the latest the Serve app's measured window opens while its replicas still change
 
 
 @dataclass
@@ -47,6 +51,8 @@ class LoadResult:
     cache_hits: int = 0
     # per answer: its end-to-end seconds and the ms of each stage that ran (where a slow answer lost time)
     answers: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    warm_up_s: float = 0.0  # load before the measured window opened
+    settled: bool = True  # False: the window opened at its latest, with the replicas still changing
 
     @property
     def qps(self) -> float:
@@ -85,6 +91,51 @@ class LoadResult:
         return {name: round(ms, 1) for name, ms in split.items()} | {"answers": len(chosen)}
 
 
+@dataclass
+class MeasuredWindow:
+    """Which answers count: those that arrive in `duration_s` after a warm-up of at least `warm_up_s`.
+
+    With `changed_at` (when the app's replicas last changed), the window opens only once the replicas have
+    been unchanged for `quiet_s` (long enough for the autoscaler to have acted on the full load: see
+    `autoscaler_quiet_s`) and every request in flight started after that change, so no counted answer waited
+    behind a scale-out; at the latest it opens at `max_warm_up_s`, unsettled. Times are
+    `time.perf_counter()` seconds."""
+
+    duration_s: float
+    warm_up_s: float = 0.0
+    changed_at: Callable[[], float] | None = None
+    quiet_s: float = 0.0
+    max_warm_up_s: float = MAX_WARM_UP_S
+    began: float = 0.0
+    start: float = inf
+    stop: float = inf
+    settled: bool = False
+
+    def begin(self, now: float) -> None:
+        self.began = now
+        if self.changed_at is None:
+            self._open(now + self.warm_up_s, settled=True)
+
+    def poll(self, now: float, in_flight_since: Iterable[float]) -> None:
+        """Opens the window when the replicas have settled; call it while the load runs."""
+        if self.start < inf or now < self.began + self.warm_up_s or self.changed_at is None:
+            return
+        changed = self.changed_at()
+        if now - changed >= self.quiet_s and all(started >= changed for started in in_flight_since):
+            self._open(now, settled=True)
+        elif now >= self.began + self.max_warm_up_s:
+            self._open(now, settled=False)
+
+    def _open(self, at: float, settled: bool) -> None:
+        self.start, self.stop, self.settled = at, at + self.duration_s, settled
+
+    def running(self, now: float) -> bool:
+        return now < self.stop
+
+    def counts(self, finished: float) -> bool:
+        return self.start <= finished <= self.stop
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -111,27 +162,35 @@ async def closed_loop(
     warm_up_s: float = 0.0,
     body: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    replicas_changed_at: Callable[[], float] | None = None,
+    replicas_quiet_s: float = 0.0,
 ) -> LoadResult:
     """`clients` workers, each sending its next question (with `body`'s other fields) as soon as the previous
     answer arrived.
 
-    The load runs continuously for `warm_up_s + duration_s`; only answers that arrive in the last
-    `duration_s` count, so the measured window starts in a steady state rather than with every client
-    firing at once."""
+    The load runs continuously through the warm-up and the measured window (`MeasuredWindow`); only answers
+    that arrive in the window count, so it starts in a steady state rather than with every client firing at
+    once, or, with `replicas_changed_at`, with answers queued behind a scale-out."""
     result = LoadResult(name, duration_s, clients)
-    began = time.perf_counter()
-    window_start, stop_at = began + warm_up_s, began + warm_up_s + duration_s
+    window = MeasuredWindow(duration_s, warm_up_s, replicas_changed_at, replicas_quiet_s)
+    window.begin(time.perf_counter())
+    in_flight: dict[int, float] = {}
     limits = httpx.Limits(max_connections=clients * 2)
 
     def failed(code: str) -> None:
         result.failures += 1
         result.failure_codes[code] = result.failure_codes.get(code, 0) + 1
 
+    async def open_window() -> None:
+        while window.start == inf:
+            window.poll(time.perf_counter(), in_flight.values())
+            await asyncio.sleep(0.5)
+
     async def worker(offset: int) -> None:
         n = offset
         async with httpx.AsyncClient(timeout=120.0, limits=limits, headers=headers) as client:
-            while time.perf_counter() < stop_at:
-                started = time.perf_counter()
+            while window.running(time.perf_counter()):
+                started = in_flight[offset] = time.perf_counter()
                 question = questions[n % len(questions)]
                 n += clients
                 try:
@@ -139,8 +198,10 @@ async def closed_loop(
                 except httpx.HTTPError as exc:
                     failed(type(exc).__name__)
                     continue
+                finally:
+                    del in_flight[offset]
                 finished = time.perf_counter()
-                if not window_start <= finished <= stop_at:
+                if not window.counts(finished):
                     continue
                 if response.status_code != 200:
                     failed(str(response.status_code))
@@ -157,7 +218,8 @@ async def closed_loop(
                     result.stage_ms.setdefault(stage, []).append(ms)
                 result.answers.append((finished - started, ran))
 
-    await asyncio.gather(*(worker(i) for i in range(clients)))
+    await asyncio.gather(open_window(), *(worker(i) for i in range(clients)))
+    result.warm_up_s, result.settled = window.start - window.began, window.settled
     return result
 
 
@@ -194,12 +256,23 @@ class ReplicaTimeline(BackgroundSampler):
     def __init__(self, app: str, interval_s: float = 2.0) -> None:
         super().__init__(interval_s)
         self.changes: list[tuple[float, dict[str, int]]] = []
-        self._app, self._started = app, time.monotonic()
+        self._app, self._started = app, time.perf_counter()
+        self.changed_at = self._started  # perf_counter time of the last change seen
 
     def sample(self) -> None:
         replicas = running_replicas(self._app)
         if not self.changes or self.changes[-1][1] != replicas:
-            self.changes.append((round(time.monotonic() - self._started, 1), replicas))
+            self.changed_at = time.perf_counter()
+            self.changes.append((round(self.changed_at - self._started, 1), replicas))
+
+    def last_change(self) -> float:
+        return self.changed_at
+
+
+def autoscaler_quiet_s(cfg: RagcConfig) -> float:
+    """How long replicas must stay unchanged under a steady load before no scale-out is still coming: Serve
+    averages each stage's load over its look-back, then waits its upscale delay (plus one load report)."""
+    return max(d.look_back_period_s + d.upscale_delay_s + d.metrics_interval_s for d in cfg.serve.deployments.values())
 
 
 def bench_config(cfg: RagcConfig) -> RagcConfig:
@@ -226,7 +299,10 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     cfg = bench_config(cfg)
     questions = load_questions(dataset, 200)
     with tempfile.TemporaryDirectory() as tmp:
-        ingest = run_sync(cfg, write_subset(dataset, limit, Path(tmp)), BENCH_TENANT)
+        # one named source whatever the temporary folder: a re-run syncs the same documents (nothing new to
+        # embed), and a changed --limit replaces them rather than adding a second copy
+        subset = write_subset(dataset, limit, Path(tmp))
+        ingest = run_sync(cfg, subset, BENCH_TENANT, prune=True, source_name=BENCH_SOURCE)
         config_file = Path(tmp) / "bench.yaml"
         config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")), encoding="utf-8")
 
@@ -256,10 +332,20 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     asyncio.run(closed_loop(url, questions, 2, 5, "first requests"))
     time.sleep(2)
     idle_mb = total_rss() / MB
-    # every stage autoscales as configured; the warm-up (as long as the reference's) carries the full
-    # load long enough for the replica counts to settle before the measured window
+    # every stage autoscales as configured; the measured window opens once the replicas have settled under
+    # the full load (the reference, one process, has nothing to settle)
     with PeakMemory() as peak, ReplicaTimeline("bench") as timeline:
-        ours = asyncio.run(closed_loop(url, questions, clients, duration_s, "ragc Serve app", WARM_UP_S))
+        ours = asyncio.run(
+            closed_loop(
+                url,
+                questions,
+                clients,
+                duration_s,
+                "ragc Serve app",
+                WARM_UP_S,
+                replicas_changed_at=timeline.last_change,
+            )
+        )
     replicas = running_replicas("bench")
     serve.delete("bench")
 
@@ -284,7 +370,9 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
         "cluster_rss_idle_mb": round(idle_mb),
         "cluster_rss_peak_under_load_mb": round(peak.peak_bytes / MB),
         "replicas": replicas,
-        "replicas_timeline_s": timeline.changes,  # from the start of the warm-up; measured from WARM_UP_S
+        "replicas_timeline_s": timeline.changes,  # from the start of the warm-up
+        "warm_up_s": {"reference": round(ref.warm_up_s, 1), "ours": round(ours.warm_up_s, 1)},
+        "ours_settled": ours.settled,
     }
     for r in (ref, ours):
         print(
@@ -302,9 +390,10 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     print(f"stage p95s {report['stage_p95_ms']}")
     print(f"mean ms per stage, all answers: {report['time_split_all_ms']}")
     print(f"mean ms per stage, slowest 5%:  {report['time_split_slowest_5pct_ms']}")
+    settled = "settled" if ours.settled else f"NOT settled after {MAX_WARM_UP_S:.0f} s"
     print(
         f"replicas after the load (autoscaled): {replicas}; over time (s from the warm-up's start, measured "
-        f"from {WARM_UP_S:.0f} s): {timeline.changes}"
+        f"from {ours.warm_up_s:.1f} s, {settled}; the reference from {ref.warm_up_s:.0f} s): {timeline.changes}"
     )
     print(f"local cluster RSS: idle {idle_mb:.0f} MB, peak under load {peak.peak_bytes / MB:.0f} MB")
     print(json.dumps(report))
