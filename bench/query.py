@@ -52,6 +52,7 @@ class LoadResult:
     # per answer: its end-to-end seconds and the ms of each stage that ran (where a slow answer lost time)
     answers: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     warm_up_s: float = 0.0  # load before the measured window opened
+    warm_up_latencies_s: list[float] = field(default_factory=list)  # answers before it (a scale-out's cost)
     settled: bool = True  # False: the window opened at its latest, with the replicas still changing
 
     @property
@@ -201,6 +202,8 @@ async def closed_loop(
                 finally:
                     del in_flight[offset]
                 finished = time.perf_counter()
+                if finished < window.start and response.status_code == 200:
+                    result.warm_up_latencies_s.append(finished - started)
                 if not window.counts(finished):
                     continue
                 if response.status_code != 200:
@@ -221,6 +224,10 @@ async def closed_loop(
     await asyncio.gather(open_window(), *(worker(i) for i in range(clients)))
     result.warm_up_s, result.settled = window.start - window.began, window.settled
     return result
+
+
+def warm_up_p95(result: LoadResult) -> float:
+    return float(np.percentile(result.warm_up_latencies_s, 95)) if result.warm_up_latencies_s else float("nan")
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -344,6 +351,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
                 "ragc Serve app",
                 WARM_UP_S,
                 replicas_changed_at=timeline.last_change,
+                replicas_quiet_s=autoscaler_quiet_s(cfg),
             )
         )
     replicas = running_replicas("bench")
@@ -372,6 +380,7 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
         "replicas": replicas,
         "replicas_timeline_s": timeline.changes,  # from the start of the warm-up
         "warm_up_s": {"reference": round(ref.warm_up_s, 1), "ours": round(ours.warm_up_s, 1)},
+        "warm_up_p95_ms": {r.name: round(warm_up_p95(r) * 1000, 1) for r in (ref, ours)},
         "ours_settled": ours.settled,
     }
     for r in (ref, ours):
@@ -394,6 +403,10 @@ def bench_query(cfg: RagcConfig, dataset: Path, limit: int, clients: int, durati
     print(
         f"replicas after the load (autoscaled): {replicas}; over time (s from the warm-up's start, measured "
         f"from {ours.warm_up_s:.1f} s, {settled}; the reference from {ref.warm_up_s:.0f} s): {timeline.changes}"
+    )
+    print(
+        f"answers during the warm-up (ours: while the replicas scaled out): p95 reference "
+        f"{warm_up_p95(ref) * 1000:.1f} ms, ours {warm_up_p95(ours) * 1000:.1f} ms"
     )
     print(f"local cluster RSS: idle {idle_mb:.0f} MB, peak under load {peak.peak_bytes / MB:.0f} MB")
     print(json.dumps(report))
