@@ -31,9 +31,11 @@ def start_serve(cfg: RagcConfig) -> LocalNodes | None:
 
     from cluster.ray_runtime import ensure_ray
     from serve.app import build_app
+    from serve.edge.lost_replica import proxy_env
     from serve.tracing import serve_tracing_config, tracing_env
 
-    os.environ.update(tracing_env(cfg.serve.traces))  # the Ray processes started below inherit it
+    # the Ray processes started below inherit these; Serve's proxy reads both from its environment only
+    os.environ.update(tracing_env(cfg.serve.traces) | proxy_env())
     # the local cluster's Ray serves every replica's metrics on a known port; job Rays (ingest, eval) pick their own
     ray_cfg = cfg.ray.model_copy(update={"metrics_export_port": cfg.local.metrics_port})
     nodes = None

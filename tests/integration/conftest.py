@@ -50,12 +50,14 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
     inherit it. Tracing is thereby on for every Serve app of the tier (the proxy reads only the environment),
     so every integration test also runs with it."""
     from cluster.config import TracesConfig
+    from serve.edge.lost_replica import proxy_env
     from serve.tracing import tracing_env
 
     receiver = OtlpReceiver()
     os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
     os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"  # vLLM's own exporter defaults to gRPC
     os.environ.update(tracing_env(TracesConfig(enabled=True)))
+    os.environ.update(proxy_env())  # as the local host and the chart set it: a lost replica's request is a 503
     yield receiver
     receiver.close()
 

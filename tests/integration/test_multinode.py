@@ -34,7 +34,7 @@ from local.nodes import LocalNodes, start_local_nodes, worker_name
 from tests.eval.conftest import SCIFACT
 from tests.integration.conftest import free_port, make_config, start_session_ray
 from tests.integration.test_ingest import rows_of
-from tests.integration.test_resilience import LoadLoop
+from tests.integration.test_resilience import LoadLoop, lost_replica
 
 QUESTIONS = [
     "How are tenants kept apart?",
@@ -275,8 +275,8 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
     whatever else Serve put there). Requests keep getting answers (a rerank that died mid-request falls
     back to the fused order) or the documented 503 while a lost retrieval replica is rescheduled; Serve
     reschedules what fits on the survivor, and the rest once a replacement joins. A request in flight on
-    a lost ingress replica gets a 500 from Serve's proxy, which does not retry a request a replica had
-    accepted (seen in a CI run: 4 of 73, one per client): the one other failure allowed."""
+    a lost ingress replica, which Serve's proxy cannot retry (seen in a CI run: 4 of 73, one per client, as
+    500s before serve/edge/lost_replica.py), gets a 503 with Retry-After saying its replica was lost."""
     with LoadLoop(scaling_app + "/v1/query", workers=4) as load:
         wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
         lost = max(nodes.workers, key=lambda name: int(name.rsplit("-", 1)[1]))
@@ -310,9 +310,11 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
             }
         )
     )
-    unexplained = [o for o in failed if o.status != 503 and not (o.status == 500 and o in in_flight)]
+    unexplained = [o for o in failed if not (lost_replica(o) and o in in_flight)]
+    unexplained = [
+        o for o in unexplained if not (o.status == 503 and "retrieval unavailable" in o.body.get("error", ""))
+    ]
     assert not unexplained, [(o.status, o.body) for o in unexplained]
-    assert all("retrieval unavailable" in o.body.get("error", "") for o in failed if o.status == 503)
     assert codes[200] > len(failed), codes
 
 

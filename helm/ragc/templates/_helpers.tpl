@@ -69,6 +69,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: "0"
 - name: HF_HUB_OFFLINE
   value: "1"
+{{- /* Serve's proxy answers a request whose replica was lost with a 503 (serve/edge/lost_replica.py) */}}
+- name: RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH
+  value: serve.edge.lost_replica:proxy_middlewares
 {{- if .Values.existingSecret }}
 - name: MILVUS_TOKEN
   valueFrom:

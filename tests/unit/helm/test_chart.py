@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from cluster.config import RagcConfig
+from serve.edge.lost_replica import proxy_env
 from serve.tracing import EXPORTER_IMPORT_PATH
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -235,16 +236,23 @@ def test_the_grafana_dashboard_queries_only_metrics_the_service_records() -> Non
         assert wanted in titles
 
 
-def test_tracing_reaches_every_ray_pod_only_when_enabled() -> None:
-    def env_of(values: dict[str, Any]) -> dict[str, Any]:
-        service = next(d for d in render(values) if d["kind"] == "RayService")
-        head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-        workers = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-        envs = [{e["name"]: e.get("value") for e in head["env"]}]
-        envs += [{e["name"]: e.get("value") for e in w["template"]["spec"]["containers"][0]["env"]} for w in workers]
-        assert all(env == envs[0] for env in envs[1:])  # the proxy on any pod, and every replica
-        return envs[0]
+def ray_pod_env(values: dict[str, Any]) -> dict[str, Any]:
+    """The environment every Ray pod of the RayService gets (the same on the head and each worker group)."""
+    service = next(d for d in render(values) if d["kind"] == "RayService")
+    head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    workers = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    envs = [{e["name"]: e.get("value") for e in head["env"]}]
+    envs += [{e["name"]: e.get("value") for e in w["template"]["spec"]["containers"][0]["env"]} for w in workers]
+    assert all(env == envs[0] for env in envs[1:])  # the proxy on any pod, and every replica
+    return envs[0]
 
+
+def test_every_ray_pods_proxy_answers_a_lost_replicas_request_with_a_503() -> None:
+    assert ray_pod_env(BASE).items() >= proxy_env().items()
+
+
+def test_tracing_reaches_every_ray_pod_only_when_enabled() -> None:
+    env_of = ray_pod_env
     assert "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH" not in env_of(BASE)
     endpoint = "http://otel-collector.observability:4318/v1/traces"
     env = env_of({**BASE, "tracing": {"enabled": True, "otlpEndpoint": endpoint, "samplingRatio": 0.25}})
