@@ -191,10 +191,11 @@ class RerankConfig(Section):
     timeout_s: float = Field(default=3.0, gt=0)
     max_length: int | None = Field(default=None, gt=0, description="tokens per pair; unset = the model's own")
     batch_max_size: int = Field(
-        default=4,
-        gt=0,
-        description="requests per cross-encoder call: a batch returns when its last pair is scored, so a "
-        "bigger batch holds more answers behind one slow pass",
+        default=0,
+        ge=0,
+        description="requests per cross-encoder call; 0 = by the replica: 1 where it scores on one CPU thread "
+        "(one request's pairs already fill that pass, and a request queued behind a batch waits all of it: at 4 "
+        "the slowest 5% waited a third 9 s batch), else 4 (several threads or a GPU use a bigger pass better)",
     )
     batch_wait_timeout_s: float = Field(default=0.01, ge=0)
     depth: int = Field(default=30, gt=0, description="fused candidates the cross-encoder scores")
