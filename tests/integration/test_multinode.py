@@ -276,7 +276,8 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
     back to the fused order) or the documented 503 while a lost retrieval replica is rescheduled; Serve
     reschedules what fits on the survivor, and the rest once a replacement joins. A request in flight on
     a lost ingress replica, which Serve's proxy cannot retry (seen in a CI run: 4 of 73, one per client, as
-    500s before serve/edge/lost_replica.py), gets a 503 with Retry-After saying its replica was lost."""
+    500s before serve/edge/lost_replica.py), or sent to it before the router noticed, gets a 503 with
+    Retry-After saying its replica was lost."""
     with LoadLoop(scaling_app + "/v1/query", workers=4) as load:
         wait_for_replicas("rerank", lambda n: n == 3, timeout_s=180)
         lost = max(nodes.workers, key=lambda name: int(name.rsplit("-", 1)[1]))
@@ -307,10 +308,13 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
                 "codes": codes,
                 "rerank_since_loss": since_loss,
                 "in_flight_at_the_loss": len(in_flight),
+                "lost_replica_503s_sent_at_s": [round(o.started - lost_at, 1) for o in failed if lost_replica(o)],
             }
         )
     )
-    unexplained = [o for o in failed if not (lost_replica(o) and o in in_flight)]
+    # A request sent to a lost ingress replica before Serve's router noticed the loss meets the same 503
+    # (seen in CI: one sent 0-2 s after the kill); none may meet it once the service has recovered.
+    unexplained = [o for o in failed if not (lost_replica(o) and o.started < lost_at + recovered_s)]
     unexplained = [
         o for o in unexplained if not (o.status == 503 and "retrieval unavailable" in o.body.get("error", ""))
     ]
