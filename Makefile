@@ -10,7 +10,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention eval-answers calibrate-support lint bench-ingest loadtest clean
+.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention eval-answers eval-chunks calibrate-support lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -96,6 +96,19 @@ eval-abstention: setup
 
 # Answer quality on the full sets (INSCIT's 502 turns, SciFact's 300 test claims; ~5 s a question on 2 cores):
 # extractive, the LLM unchecked and the served answer side by side; reports in .ragc/eval/. CI runs a slice.
+# Chunk-size sweep on SciFact TRAIN (retrieval only): one `ragc eval` per SIZE:OVERLAP, each into its own
+# collection (a chunk text seen at another size is not embedded again), collated into one table. Sizes stay
+# within the embedder's max_seq_length (256): beyond it the dense arm reads a truncated chunk.
+CHUNKS ?= 128:16 192:24 256:0 256:32
+CHUNK_DIR := .ragc/eval/chunks
+eval-chunks: setup
+	@mkdir -p $(CHUNK_DIR)
+	for c in $(CHUNKS); do size=$${c%:*}; overlap=$${c#*:}; \
+	  HF_HUB_OFFLINE=1 RAGC_CHUNKING__CHUNK_SIZE=$$size RAGC_CHUNKING__CHUNK_OVERLAP=$$overlap $(RAGC) eval \
+	    --dataset ../shared/data/scifact --split train --pipeline dense,bm25,hybrid \
+	    --output $(CHUNK_DIR)/size_$${size}_$${overlap}.json > /dev/null || exit 1; done
+	$(PY) -m evals.chunk_sweep $(CHUNK_DIR)/report.md $(CHUNK_DIR)/size_*.json
+
 eval-answers: setup
 	HF_HUB_OFFLINE=1 $(RAGC) eval-answers --dataset ../shared/data/inscit --output .ragc/eval/inscit_answers.json
 	HF_HUB_OFFLINE=1 $(RAGC) eval-answers --dataset ../shared/data/scifact --output .ragc/eval/scifact_answers.json

@@ -38,9 +38,10 @@ class AnswerService(Protocol):
 
 
 def passages_of(response: QueryResponse, tenant: str) -> list[Passage]:
-    """The response's passages as the stages' type, numbered as the answer cites them."""
+    """The response's passages as the stages' type, numbered as the answer cites them, each with the text the
+    answer read (widened by its neighbours when they were asked for)."""
     return [
-        Passage(p.chunk_id, p.doc_id, tenant, p.text, p.title, p.source, p.section, score=p.score)
+        Passage(p.chunk_id, p.doc_id, tenant, p.context or p.text, p.title, p.source, p.section, score=p.score)
         for p in response.passages
     ]
 

@@ -35,6 +35,13 @@ class PipelineSpec:
     service_depth: bool = False
     # the cross-encoder rank's weight in the rerank fusion instead of serve.rerank.rrf_weight (`NAME@W`)
     rrf_weight: float | None = None
+    # each retrieval arm's weight in the hybrid fusion instead of serve.retrieve's (`NAME@bm25=W:dense=W`)
+    arm_weights: tuple[tuple[str, float], ...] | None = None
+
+    @property
+    def variant(self) -> bool:
+        """A re-weighting of a named pipeline: it reuses that pipeline's searches and cross-encoder scores."""
+        return self.rrf_weight is not None or self.arm_weights is not None
 
     @property
     def needs_llm(self) -> bool:
@@ -56,20 +63,40 @@ NO_LLM_PIPELINES = [name for name, spec in PIPELINES.items() if not spec.needs_l
 
 
 def pipeline_spec(name: str) -> PipelineSpec:
-    """A known pipeline, or a rerank pipeline with its fusion weight: `hybrid_rerank@0.5`."""
-    base, _, weight = name.partition("@")
+    """A known pipeline, or one re-weighted after `@`, settings joined by `:`: a number is the cross-encoder
+    rank's fusion weight (`hybrid_rerank@0.5`), `dense=W` and `bm25=W` an arm's weight (`hybrid@bm25=1.5`)."""
+    base, _, variant = name.partition("@")
     if base not in PIPELINES:
-        raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)} (rerank ones take @WEIGHT)")
+        raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)} (with @WEIGHT settings)")
     spec = PIPELINES[base]
-    if not weight:
+    if not variant:
         return spec
-    try:
-        value = float(weight)
-    except ValueError:
-        raise ValueError(f"pipeline {name!r}: the fusion weight after @ must be a number") from None
-    if not spec.rerank or value < 0:
-        raise ValueError(f"pipeline {name!r}: @WEIGHT is the cross-encoder's fusion weight (>= 0) of a rerank pipeline")
-    return replace(spec, name=f"{base}@{value:g}", rrf_weight=value)
+    rrf_weight: float | None = None
+    arms: dict[str, float] = {}
+    for setting in variant.split(":"):
+        key, _, text = setting.rpartition("=")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"pipeline {name!r}: {setting!r} needs a number after @ or =") from None
+        if value < 0:
+            raise ValueError(f"pipeline {name!r}: a fusion weight is >= 0")
+        if not key and spec.rerank:
+            rrf_weight = value
+        elif key in ("dense", "bm25") and spec.dense and spec.bm25:
+            arms[key] = value
+        else:
+            raise ValueError(
+                f"pipeline {name!r}: {setting!r} is not a setting of {base} (a number: the cross-encoder's fusion "
+                "weight of a rerank pipeline; dense=W, bm25=W: an arm's weight in a hybrid one)"
+            )
+    settings = ([f"{rrf_weight:g}"] if rrf_weight is not None else []) + [f"{a}={w:g}" for a, w in arms.items()]
+    return replace(
+        spec,
+        name=f"{base}@{':'.join(settings)}",
+        rrf_weight=rrf_weight,
+        arm_weights=tuple(arms.items()) or None,
+    )
 
 
 def eval_config(cfg: RagcConfig, floor: float | None = None) -> RagcConfig:
@@ -150,11 +177,12 @@ class PipelineRunner:
         key = (spec.service_depth, query, hyde_passage)
         if key not in self._hits:
             self._hits[key] = retriever.search_arms(self._tenant, query, "", hyde_passage)
-        passages = retriever.fuse(self._hits[key].only(spec.dense, spec.bm25)).passages
+        weights = retriever.arm_weights() | dict(spec.arm_weights or ())
+        passages = retriever.fuse(self._hits[key].only(spec.dense, spec.bm25), weights).passages
         if spec.rerank and self._scorer is not None and passages:
             head = passages[: self._cfg.serve.rerank.depth]
             head_key = (query, tuple(p.chunk_id for p in head))
-            scores = self._head_scores.get(head_key) if spec.rrf_weight is not None else None
+            scores = self._head_scores.get(head_key) if spec.variant else None
             if scores is None:
                 pairs = rerank_pairs(query, head)
                 scores = self._scorer.score(pairs)  # scored: this pipeline's time per query is measured

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cluster.config import RagcConfig
+from cluster.config import ChunkingConfig, RagcConfig
 from evals.abstention import (
     TARGET_ABSTENTION,
     TARGET_FALSE_ABSTENTION,
@@ -61,8 +61,14 @@ class EvalRequest:
 
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
+    """The dataset's evaluation collection; chunked otherwise than by default, a collection of its own
+    (`..._c128o16`), so that a chunk-size sweep keeps every size and re-embeds only chunks it has not seen."""
     out = cfg.model_copy(deep=True)
-    out.milvus.collection = EVAL_COLLECTION_PREFIX + re.sub(r"[^0-9a-zA-Z_]", "_", dataset.resolve().name).lower()
+    name = EVAL_COLLECTION_PREFIX + re.sub(r"[^0-9a-zA-Z_]", "_", dataset.resolve().name).lower()
+    chunking = cfg.chunking
+    if chunking != ChunkingConfig():
+        name += f"_c{chunking.chunk_size}o{chunking.chunk_overlap}" + ("" if chunking.markdown_headers else "_nomd")
+    out.milvus.collection = name
     return out
 
 
@@ -288,6 +294,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
             result["reranker_check"] = str(written) if written else None
         if req.unanswerable:
             result["abstention"] = abstention_section(runner, req, eval_set, ecfg)
+    result["chunking"] = cfg.chunking.model_dump()
     result["default_pipeline"] = default_pipeline(cfg)
     result["similarity_floor"] = cfg.serve.retrieve.similarity_floor
     result["reranker"] = cfg.serve.rerank.model

@@ -75,6 +75,9 @@ class HandleRetriever:
     async def embed(self, text: str) -> list[float]:
         return await self._handle.embed.remote(text)
 
+    async def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
+        return await self._handle.neighbours.remote(tenant, passages, window)
+
     async def index_version(self) -> int:
         return await self._handle.index_version.remote()
 

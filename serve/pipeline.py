@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from cachetools import TTLCache
@@ -154,6 +155,8 @@ class QueryPipeline:
         tail = [t.model_dump() for t in request.history[-turns:]] if turns else []
         switches: list[Any] = [request.top_k or self._cfg.default_top_k, request.rewrite, request.hyde, request.rerank]
         switches.append(self.mode(request))
+        if request.neighbours is not None:  # appended only when asked for: older keys stay valid
+            switches.append(f"neighbours={request.neighbours}")
         return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version)
 
     def mode(self, request: QueryRequest) -> ResponseMode:
@@ -316,12 +319,17 @@ class QueryPipeline:
                 reports, "answerability", why, answerable, retrieved.index_version, request_id, tenant, used, spent
             )
 
+        mode = self.mode(request)
+        window = cfg.synthesize.neighbours if request.neighbours is None else request.neighbours
+        widened = await self._widened(tenant, passages, window, report) if window and mode != "no_text" else {}
+        reader = [replace(p, text=widened[p.chunk_id]) if p.chunk_id in widened else p for p in passages]
+
         started = time.perf_counter()
         streamed = False
         context = AnswerContext(tuple((t["role"], t["content"]) for t in history), query)
 
         def respond(synthesis: Synthesis) -> QueryResponse:
-            public = [p.public(n) for n, p in enumerate(passages, start=1)]
+            public = [p.public(n, widened.get(p.chunk_id)) for n, p in enumerate(passages, start=1)]
             return QueryResponse(
                 answer=synthesis.answer,
                 citations=[self._citation(public[n - 1], synthesis) for n in synthesis.cited if 1 <= n <= len(public)],
@@ -337,7 +345,6 @@ class QueryPipeline:
                 usage=spent,
             )
 
-        mode = self.mode(request)
         if mode == "no_text":
             await report("synthesize", "skipped", started, "mode no_text: retrieval only, no LLM call")
             return respond(Synthesis("", [], False, "no_text"))
@@ -346,7 +353,7 @@ class QueryPipeline:
             nonlocal streamed
             final = None
             async for item in self._stages.synthesizer.synthesize_stream(
-                request.query, passages, context=context, mode=mode
+                request.query, reader, context=context, mode=mode
             ):
                 if isinstance(item, Synthesis):
                     final = item
@@ -377,12 +384,30 @@ class QueryPipeline:
             if not streamed:
                 await emit_tokens(synthesis.answer, emit)
         else:
-            synthesis = extractive_answer(request.query, passages, cfg.synthesize)
+            synthesis = extractive_answer(request.query, reader, cfg.synthesize)
             await report("synthesize", "fallback", started, f"extractive answer: {failure_reason}")
             if streamed and emit:
                 await emit("reset", {"reason": "generation failed; the extractive answer follows"})
             await emit_tokens(synthesis.answer, emit)
         return respond(synthesis)
+
+    async def _widened(
+        self, tenant: str, passages: list[Passage], window: int, report: Callable[..., Awaitable[None]]
+    ) -> dict[str, str]:
+        """chunk_id -> the text the answer reads for that passage; on failure, the passages alone."""
+        started = time.perf_counter()
+        try:
+            widened = await call_stage(
+                "neighbours",
+                lambda: self._stages.retriever.neighbours(tenant, passages, window),
+                self._cfg.retrieve.timeout_s,
+            )
+        except StageFailure as failure:
+            await report("neighbours", "fallback", started, f"the passages alone: {failure.reason}")
+            return {}
+        detail = f"{len(widened)} of {len(passages)} passages read with up to {window} neighbouring chunk(s) a side"
+        await report("neighbours", "ok", started, detail)
+        return widened
 
     def _abstain_below(self) -> float:
         assert self._answerability is not None

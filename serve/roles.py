@@ -26,6 +26,10 @@ class Retriever(Protocol):
         """The question's vector (the semantic cache's key)."""
         ...
 
+    async def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
+        """chunk_id -> the passage's text widened with `window` chunks of its document on each side."""
+        ...
+
     async def index_version(self) -> int:
         """Bumped by every ingest that changed content: part of every cache key."""
         ...

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cluster.config import MAX_NEIGHBOURS
+
 StageStatusName = Literal["ok", "fallback", "skipped", "cached", "error"]  # what a query stage did
 CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"]  # what the cache lookup found
 # The LLM's own answer failed its check (serve/answer_check.py's reasons) and had its retry: the extractive
@@ -52,8 +54,9 @@ class Passage:
     score: float = 0.0
     dense_score: float | None = None
     rerank_score: float | None = None
+    chunk_index: int = 0  # its place in its document: neighbour expansion reads the chunks around it
 
-    def public(self, n: int) -> PassageOut:
+    def public(self, n: int, context: str | None = None) -> PassageOut:
         return PassageOut(
             n=n,
             chunk_id=self.chunk_id,
@@ -64,6 +67,7 @@ class Passage:
             text=self.text,
             score=round(self.score, 6),
             dense_score=None if self.dense_score is None else round(self.dense_score, 6),
+            context=context,
         )
 
 
@@ -153,6 +157,13 @@ class QueryRequest(BaseModel):
     rewrite: bool | None = None
     hyde: bool | None = None
     rerank: bool | None = None
+    neighbours: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_NEIGHBOURS,
+        description="chunks of the same document on each side of a passage that the answer reads with it "
+        "(default: serve.synthesize.neighbours)",
+    )
     mode: str | None = Field(
         default=None,
         description="response mode: compact, refine, tree_summarize, accumulate or no_text (retrieval only); "
@@ -189,6 +200,11 @@ class PassageOut(BaseModel):
     text: str
     score: float = Field(description="fusion (or rerank) score: an order, not a probability")
     dense_score: float | None = Field(description="cosine of the question and the chunk")
+    context: str | None = Field(
+        default=None,
+        description="the passage widened with its neighbouring chunks, which the answer read (neighbours > 0); "
+        "null: the answer read `text`",
+    )
 
 
 class Citation(BaseModel):
@@ -230,7 +246,7 @@ class QueryResponse(BaseModel):
         "extractive answer quotes its passages"
     )
     stages: dict[str, StageStatus] = Field(
-        description="cache, rewrite, retrieve, rerank, answerability, synthesize, in order"
+        description="cache, rewrite, retrieve, rerank, answerability, neighbours (when asked for), synthesize, in order"
     )
     index_version: int
     request_id: str

@@ -97,6 +97,7 @@ class FakeStages:
         self.rerank_scores = [4.0, 1.0, 0.5]  # the cross-encoder's best logits the fake reports
         self.contexts: list = []  # what each synthesize_stream call was given as its AnswerContext
         self.modes: list = []  # the response mode of each synthesize_stream call
+        self.read: list = []  # the passage texts each synthesize_stream call was given
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -137,6 +138,7 @@ class FakeStages:
 
         self.contexts.append(context)
         self.modes.append(mode)
+        self.read.append([p.text for p in passages])
         await self._enter("synthesize")
         for n, piece in enumerate(["LLM ", "answer ", "[1]"]):
             if n == 1 and "synthesize_midstream" in self.fail:
@@ -145,6 +147,11 @@ class FakeStages:
                 await asyncio.sleep(self.delay_s["synthesize_midstream"])
             yield piece
         yield Synthesis(answer="LLM answer [1]", cited=[1], grounded=True, mode="llm", usage=ANSWER_COST)
+
+    async def neighbours(self, tenant, passages, window):  # type: ignore[no-untyped-def]
+        """Each passage's text with "(+N)" after it, N = the window."""
+        await self._enter("neighbours")
+        return {p.chunk_id: f"{p.text} (+{window})" for p in passages}
 
     async def embed(self, text):  # type: ignore[no-untyped-def]
         await self._enter("embed")

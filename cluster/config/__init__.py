@@ -15,6 +15,7 @@ from cluster.config.ingest import IngestConfig, IngestFaults
 from cluster.config.runtime import LocalConfig, RayConfig
 from cluster.config.serve import (
     EQUALITY_OPS,
+    MAX_NEIGHBOURS,
     RESPONSE_MODES,
     STAGES,
     AnswerabilityConfig,
@@ -50,6 +51,7 @@ __all__ = [
     "ENV_NESTING",
     "ENV_PREFIX",
     "EQUALITY_OPS",
+    "MAX_NEIGHBOURS",
     "RESPONSE_MODES",
     "STAGES",
     "AnswerabilityConfig",

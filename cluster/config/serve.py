@@ -153,6 +153,8 @@ class RetrieveConfig(Section):
     bm25_candidates: int = Field(default=50, gt=0, le=1000, description="per-arm candidates, BM25")
     pool_size: int = Field(default=50, gt=0, le=1000, description="fused candidates passed to rerank")
     rrf_k: int = Field(default=60, gt=0)
+    dense_weight: float = Field(default=1.0, ge=0, description="the dense arm's rank weight in the fusion")
+    bm25_weight: float = Field(default=1.0, ge=0, description="the BM25 arm's rank weight in the fusion")
     similarity_floor: float = Field(
         default=0.30, ge=-1, le=1, description="dense cosine below which a question abstains (see floor_scope)"
     )
@@ -265,6 +267,9 @@ ResponseMode = Literal["compact", "refine", "tree_summarize", "accumulate", "no_
 RESPONSE_MODES: tuple[ResponseMode, ...] = ("compact", "refine", "tree_summarize", "accumulate", "no_text")
 
 
+MAX_NEIGHBOURS = 3  # chunks on each side of a passage: beyond a few, a window is the whole document
+
+
 class SynthesizeConfig(Section):
     response_mode: ResponseMode = Field(
         default="compact",
@@ -296,6 +301,13 @@ class SynthesizeConfig(Section):
         "time grows with it on CPU (null: only max_model_len - max_tokens bounds it, the GPU setting)",
     )
     temperature: float = Field(default=0.0, ge=0, le=2)
+    neighbours: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_NEIGHBOURS,
+        description="chunks of the same document on each side of a passage that the answer reads with it (one "
+        "Milvus query; the citation stays the passage); 0 = the passages alone",
+    )
     passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
     passage_excerpt_chars: int | None = Field(
         default=None,

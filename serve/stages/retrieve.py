@@ -29,6 +29,7 @@ from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
+from serve.neighbours import widen, window_expr
 from serve.tracing import span
 from serve.types import Passage, RetrievalResult
 
@@ -74,6 +75,7 @@ def _passage(entity: dict[str, Any], cosine: float | None) -> Passage:
         doc_type=str(entity.get(f.DOC_TYPE, "")),
         year=int(entity.get(f.YEAR, 0) or 0),
         dense_score=cosine,
+        chunk_index=int(entity.get(f.CHUNK_INDEX, 0) or 0),
     )
 
 
@@ -306,6 +308,20 @@ class HybridRetriever:
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))
         return ArmHits(results, arms, vector is not None, embedded)
 
+    def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
+        """chunk_id -> the passage widened with up to `window` chunks of its document on each side, for each
+        passage that has any (serve/neighbours.py); one query for every passage."""
+        if window <= 0 or not passages:
+            return {}
+        self._ready_embedder()  # connected, and the collection is there
+        chunks = self._client.query(
+            self._cfg.milvus.collection,
+            filter=window_expr(tenant, passages, window),
+            output_fields=[ChunkFields.DOC_ID, ChunkFields.CHUNK_INDEX, ChunkFields.TEXT],
+            timeout=self._rcfg.search_timeout_s,
+        )
+        return widen(passages, chunks, window)
+
     def _submit_arm(self, arm: str, tenant: str, search: Callable[..., list[list[Passage]]], *args: Any) -> Future[Any]:
         """One arm's search on the pool, in a span of the current trace (pool threads do not inherit it)."""
 
@@ -317,13 +333,22 @@ class HybridRetriever:
 
         return self._pool.submit(contextvars.copy_context().run, traced)
 
-    def fuse(self, hits: ArmHits) -> RetrievalResult:
-        """RRF over the arms' hits, then this retriever's floor."""
-        result = self._fuse(hits.results, dict(hits.arms), hits.have_vector)
+    def fuse(self, hits: ArmHits, weights: dict[str, float] | None = None) -> RetrievalResult:
+        """RRF over the arms' hits (`weights` per arm, default the config's), then this retriever's floor."""
+        result = self._fuse(hits.results, dict(hits.arms), hits.have_vector, weights)
         result.embedded = hits.embedded
         return result
 
-    def _fuse(self, results: dict[str, list[Passage]], arms: dict[str, str], have_vector: bool) -> RetrievalResult:
+    def arm_weights(self) -> dict[str, float]:
+        return {"dense": self._rcfg.dense_weight, "bm25": self._rcfg.bm25_weight}
+
+    def _fuse(
+        self,
+        results: dict[str, list[Passage]],
+        arms: dict[str, str],
+        have_vector: bool,
+        weights: dict[str, float] | None = None,
+    ) -> RetrievalResult:
         cosines: dict[str, float | None] = {}  # the first known cosine of each chunk (the dense arm's is exact)
         first_seen: dict[str, Passage] = {}
         for hits in results.values():
@@ -331,7 +356,10 @@ class HybridRetriever:
                 first_seen.setdefault(hit.chunk_id, hit)
                 if cosines.get(hit.chunk_id) is None:
                     cosines[hit.chunk_id] = hit.dense_score
-        fused = rrf_fuse([[p.chunk_id for p in hits] for hits in results.values()], self._rcfg.rrf_k)
+        weight = weights or self.arm_weights()
+        fused = rrf_fuse(
+            [[p.chunk_id for p in hits] for hits in results.values()], self._rcfg.rrf_k, [weight[a] for a in results]
+        )
         passages: list[Passage] = []
         dropped = 0
         floor = self._rcfg.similarity_floor
@@ -369,6 +397,9 @@ class RetrieveStage(FaultHooks):
 
     async def embed(self, text: str) -> list[float]:
         return await asyncio.to_thread(self._retriever.embed_query, text)
+
+    async def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
+        return await asyncio.to_thread(self._retriever.neighbours, tenant, passages, window)
 
     async def index_version(self) -> int:
         """Fresh from the catalog: the ingress already caches it for `index_version_ttl_s`."""

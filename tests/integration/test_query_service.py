@@ -223,6 +223,47 @@ def test_batched_arm_searches_equal_one_search_per_question(service: dict[str, A
                 assert mine.tenant_id == "alpha"
 
 
+def test_the_answer_reads_each_passage_with_its_neighbouring_chunks(service: dict[str, Any]) -> None:
+    """`neighbours: 1` over HTTP: one Milvus query widens each passage with the chunks of its document on each
+    side (as stored: checked against the collection), the citation and `text` stay the retrieved chunk."""
+    from cluster.store.client import connect
+    from cluster.store.expr import eq
+
+    question = {"query": "How does incremental sync decide what to embed again?", "top_k": 3}
+    plain = ask(service, question).json()
+    response = ask(service, question | {"neighbours": 1})
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert out["stages"]["neighbours"]["status"] == "ok" and "neighbours" not in plain["stages"]
+    assert [p["chunk_id"] for p in out["passages"]] == [p["chunk_id"] for p in plain["passages"]]
+    assert all(p["context"] is None for p in plain["passages"])
+    client, collection = connect(service["cfg"]), service["cfg"].milvus.collection
+    returned = {p["chunk_id"] for p in out["passages"]}
+    widened = 0
+    for passage in out["passages"]:
+        (row,) = client.query(collection, filter=eq("id", passage["chunk_id"]), output_fields=["chunk_index"])
+        siblings = client.query(
+            collection,
+            filter=f"{eq('doc_id', passage['doc_id'])} and {eq('tenant_id', 'alpha')}",
+            output_fields=["id", "chunk_index", "text"],
+        )
+        beside = [c for c in siblings if abs(c["chunk_index"] - row["chunk_index"]) == 1 and c["id"] not in returned]
+        if not beside:
+            assert passage["context"] is None, passage
+            continue
+        widened += 1
+        assert passage["text"] in passage["context"] and len(passage["context"]) > len(passage["text"])
+        context = " ".join(passage["context"].split())
+        for neighbour in beside:  # the seam is kept once: each neighbour's last words are there
+            assert " ".join(neighbour["text"].split()[-6:]) in context, (neighbour, passage["context"])
+    assert widened, "the question's passages come from documents of several sections"
+    for citation in out["citations"]:
+        assert citation["chunk_id"] in returned
+    assert "1 neighbouring chunk(s)" in out["stages"]["neighbours"]["detail"]
+    refused = ask(service, question | {"neighbours": 4})
+    assert refused.status_code == 400 and "neighbours" in refused.text, refused.text
+
+
 def test_filters_are_pushed_down_and_injection_is_refused(service: dict[str, Any]) -> None:
     out = ask(
         service, {"query": "What do I do when the service says it is not ready?", "filters": {"doc_type": "txt"}}

@@ -131,7 +131,13 @@ def test_pipeline_choice_and_the_default() -> None:
         choose_pipelines(["hybrid", "magic"], cfg)
     weighted = choose_pipelines(["hybrid_rerank", "hybrid_rerank@0.50"], cfg)
     assert [(s.name, s.rrf_weight) for s in weighted] == [("hybrid_rerank", None), ("hybrid_rerank@0.5", 0.5)]
-    for bad in ("hybrid@0.5", "hybrid_rerank@-1", "hybrid_rerank@x"):
+    arms = choose_pipelines(["hybrid@bm25=1.50", "hybrid_rerank@0.5:dense=0.8"], cfg)
+    assert [(s.name, s.rrf_weight, s.arm_weights) for s in arms] == [
+        ("hybrid@bm25=1.5", None, (("bm25", 1.5),)),
+        ("hybrid_rerank@0.5:dense=0.8", 0.5, (("dense", 0.8),)),
+    ]
+    bad_names = ("hybrid@0.5", "hybrid_rerank@-1", "hybrid_rerank@x", "dense@bm25=2", "hybrid@bm25=x", "hybrid@x=1")
+    for bad in bad_names:
         with pytest.raises(ValueError, match="@"):
             choose_pipelines([bad], cfg)
     assert PIPELINES["baseline_top2"].depth == 2 and not PIPELINES["baseline_top2"].floor
@@ -143,6 +149,22 @@ def test_stdout_summary_leaves_the_curves_to_the_report() -> None:
     summary = {"abstention": {"test": {}, "answerability": {"auc": {"signal": 0.8}}}, "queries": 3}
     assert stdout_summary(result) == summary
     assert "curves" in result["abstention"] and "curves" in result["abstention"]["answerability"]
+
+
+def test_each_arm_weighs_in_the_fusion_as_configured() -> None:
+    from serve.stages.retrieve import HybridRetriever
+
+    def order(**weights: float) -> list[str]:
+        cfg = RagcConfig.model_validate({"serve": {"retrieve": weights}})
+        retriever = HybridRetriever(cfg, embedder=object())  # type: ignore[arg-type]
+        dense = [Passage(cid, cid, "t", cid, dense_score=0.9) for cid in ("a", "b", "c")]
+        bm25 = [Passage(cid, cid, "t", cid) for cid in ("c", "a")]
+        result = retriever._fuse({"dense": dense, "bm25": bm25}, {"dense": "ok", "bm25": "ok"}, have_vector=True)
+        return [p.chunk_id for p in result.passages]
+
+    assert order() == ["a", "c", "b"]  # a: ranks 1 and 2; c: ranks 3 and 1; b: rank 2 in one list
+    assert order(bm25_weight=3.0) == ["c", "a", "b"]
+    assert order(bm25_weight=0.0) == ["a", "b", "c"]
 
 
 def fused(scope: str, cosines: dict[str, float]) -> list[str]:

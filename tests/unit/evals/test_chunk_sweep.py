@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cluster.config import RagcConfig
+from evals.chunk_sweep import main
+from evals.runner import eval_collection
+
+
+def test_a_chunking_other_than_the_default_gets_a_collection_of_its_own() -> None:
+    cfg = RagcConfig()
+    assert eval_collection(cfg, Path("/data/SciFact")).milvus.collection == "ragc_eval_scifact"
+    cfg.chunking.chunk_size, cfg.chunking.chunk_overlap = 128, 16
+    assert eval_collection(cfg, Path("/data/SciFact")).milvus.collection == "ragc_eval_scifact_c128o16"
+    cfg.chunking.markdown_headers = False
+    assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_c128o16_nomd"
+
+
+def result(size: int, overlap: int, hybrid: float, vectors: int) -> dict[str, object]:
+    figures = {"ndcg@10": hybrid, "recall@100": 0.9, "mrr@10": 0.5, "hit_rate@10": 0.8}
+    return {
+        "dataset": "scifact",
+        "split": "train",
+        "queries": 809,
+        "chunking": {"chunk_size": size, "chunk_overlap": overlap, "markdown_headers": True},
+        "ingest": {"chunks_total": vectors, "chunks_embedded": vectors // 2, "seconds": 12.4},
+        "pipelines": {"bm25": figures | {"ndcg@10": 0.7}, "hybrid": figures},
+    }
+
+
+def test_the_sweep_table_orders_sizes_and_names_the_best_on_hybrid(tmp_path: Path) -> None:
+    paths = []
+    for size, overlap, hybrid, vectors in ((256, 32, 0.74, 9636), (128, 16, 0.75, 18000), (384, 48, 0.73, 7000)):
+        path = tmp_path / f"size_{size}.json"
+        path.write_text(json.dumps(result(size, overlap, hybrid, vectors)), encoding="utf-8")
+        paths.append(str(path))
+    out = tmp_path / "report.md"
+    assert main([str(out), *paths]) == 0
+    text = out.read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line[:3] in ("| 1", "| 2", "| 3")]
+    assert [row.split(" | ")[0] for row in rows] == ["| 128 / 16", "| 256 / 32", "| 384 / 48"]
+    assert "| 128 / 16 | 18000 | 9000 | 12 | 0.7000 | 0.9000 | 0.7500 | 0.9000 |" in text
+    assert "Best hybrid nDCG@10: chunk size 128, overlap 16." in text
+    assert main([str(out)]) == 2
