@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--pipeline",
         action="append",
         help="repeatable or comma-separated: baseline_top2, dense, bm25, hybrid, hybrid_rerank, hybrid_hyde, "
-        "hybrid_hyde_rerank (default: every pipeline that needs no LLM)",
+        "hybrid_hyde_rerank, hybrid_multiquery, hybrid_multiquery_rerank (default: every pipeline that needs no "
+        "LLM); a re-weighting after @: hybrid_rerank@0.5, hybrid@bm25=2",
     )
     evaluate.add_argument("--limit", type=int, default=0, help="first N judged queries; 0 = all")
     evaluate.add_argument("--output", type=Path, help="write the JSON here, plus a markdown report and PNG charts")

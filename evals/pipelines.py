@@ -20,6 +20,7 @@ EVAL_CANDIDATES = 150  # chunks per arm, so that 100 distinct documents survive 
 
 NO_FLOOR = -1.0  # cosine is never below -1
 HydeWriter = Callable[[str], str | None]
+Paraphraser = Callable[[str], tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class PipelineSpec:
     depth: int = EVAL_DEPTH
     rerank: bool = False
     hyde: bool = False
+    multi_query: bool = False  # the LLM's paraphrases searched beside the question
     # the service's own candidate counts instead of the eval's deeper ones (abstention, negative mining)
     service_depth: bool = False
     # the cross-encoder rank's weight in the rerank fusion instead of serve.rerank.rrf_weight (`NAME@W`)
@@ -45,7 +47,7 @@ class PipelineSpec:
 
     @property
     def needs_llm(self) -> bool:
-        return self.hyde
+        return self.hyde or self.multi_query
 
 
 PIPELINES = {
@@ -57,6 +59,8 @@ PIPELINES = {
     "hybrid_rerank": PipelineSpec("hybrid_rerank", rerank=True),
     "hybrid_hyde": PipelineSpec("hybrid_hyde", hyde=True),
     "hybrid_hyde_rerank": PipelineSpec("hybrid_hyde_rerank", hyde=True, rerank=True),
+    "hybrid_multiquery": PipelineSpec("hybrid_multiquery", multi_query=True),
+    "hybrid_multiquery_rerank": PipelineSpec("hybrid_multiquery_rerank", multi_query=True, rerank=True),
 }
 SERVICE_HYBRID = replace(PIPELINES["hybrid"], service_depth=True)
 NO_LLM_PIPELINES = [name for name, spec in PIPELINES.items() if not spec.needs_llm]
@@ -130,11 +134,14 @@ class PipelineRunner:
         scorer: PairScorer | None = None,
         hyde: HydeWriter | None = None,
         pair_store: PairScoreStore | None = None,
+        paraphrase: Paraphraser | None = None,
     ) -> None:
         self._cfg = eval_config(cfg)
         self._tenant = tenant
         self._scorer = scorer
         self._hyde = hyde
+        self._paraphrase = paraphrase
+        self._paraphrase_hits: dict[tuple[bool, str], dict[str, list[Passage]]] = {}
         self._base = cfg
         self._retrievers: dict[tuple[float, bool], HybridRetriever] = {}
         # one search per arm per question, fused per pipeline and floor (same candidate counts = same hits)
@@ -147,7 +154,7 @@ class PipelineRunner:
     def check(self, spec: PipelineSpec) -> None:
         if spec.rerank and self._scorer is None:
             raise ValueError(f"pipeline {spec.name} needs a reranker: set serve.rerank.model or pass --reranker")
-        if spec.hyde and self._hyde is None:
+        if (spec.hyde and self._hyde is None) or (spec.multi_query and self._paraphrase is None):
             raise ValueError(f"pipeline {spec.name} needs the LLM stage (serve.llm.enabled)")
 
     def retriever(self, floor: float, service_depth: bool = False) -> HybridRetriever:
@@ -178,7 +185,10 @@ class PipelineRunner:
         if key not in self._hits:
             self._hits[key] = retriever.search_arms(self._tenant, query, "", hyde_passage)
         weights = retriever.arm_weights() | dict(spec.arm_weights or ())
-        passages = retriever.fuse(self._hits[key].only(spec.dense, spec.bm25), weights).passages
+        hits = self._hits[key].only(spec.dense, spec.bm25)
+        if spec.multi_query and self._paraphrase is not None:
+            hits = replace(hits, results=hits.results | self._paraphrased(retriever, spec.service_depth, query))
+        passages = retriever.fuse(hits, weights).passages
         if spec.rerank and self._scorer is not None and passages:
             head = passages[: self._cfg.serve.rerank.depth]
             head_key = (query, tuple(p.chunk_id for p in head))
@@ -194,6 +204,16 @@ class PipelineRunner:
                 rerank = rerank.model_copy(update={"rrf_weight": spec.rrf_weight, "order": "rrf"})
             passages = rerank_order(head, scores, len(head), rerank) + passages[len(head) :]
         return passages
+
+    def _paraphrased(self, retriever: HybridRetriever, service_depth: bool, query: str) -> dict[str, list[Passage]]:
+        """Both arms' hits for the LLM's paraphrases of `query`, generated and searched once per question."""
+        key = (service_depth, query)
+        if key not in self._paraphrase_hits:
+            assert self._paraphrase is not None
+            paraphrases = self._paraphrase(query)
+            found = retriever.paraphrase_hits(self._tenant, paraphrases) if paraphrases else {}
+            self._paraphrase_hits[key] = found
+        return self._paraphrase_hits[key]
 
     def ranking(self, spec: PipelineSpec, query: str) -> list[str]:
         return documents(self.passages(spec, query), spec.depth)

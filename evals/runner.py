@@ -273,7 +273,8 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         signal = req.unanswerable is not None and calibration_for(req, ecfg) is not None
         scorer = _scorer(ecfg, specs, signal)
         store = pair_store_for(ecfg) if scorer is not None else None
-        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=scorer, hyde=hyde, pair_store=store)
+        paraphrase = hyde.paraphrases if hyde is not None else None
+        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=scorer, hyde=hyde, pair_store=store, paraphrase=paraphrase)
         for spec in specs:
             runner.check(spec)
         pipelines: dict[str, Any] = {}
@@ -287,6 +288,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
                 hyde.close()
         if hyde is not None:
             result["hyde"] = hyde.statuses
+            result["multi_query"] = hyde.paraphrase_statuses
         result["pipelines"] = pipelines
         entry = check_entry(result, req.history_user_turns) if scorer is not None else None
         if entry is not None and ecfg.serve.rerank.model:
@@ -318,7 +320,7 @@ def _scorer(cfg: RagcConfig, specs: list[PipelineSpec], answerability: bool) -> 
 
 
 def _hyde(cfg: RagcConfig, specs: list[PipelineSpec]) -> InProcessHyde | None:
-    if not any(s.hyde for s in specs) or not cfg.serve.llm.enabled:
+    if not any(s.needs_llm for s in specs) or not cfg.serve.llm.enabled:
         return None
     return InProcessHyde(cfg)
 

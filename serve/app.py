@@ -61,16 +61,20 @@ class HandleRewriter:
     def __init__(self, handle: DeploymentHandle) -> None:
         self._handle = handle
 
-    async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
-        return await self._handle.rewrite.remote(query, history, rewrite, hyde)
+    async def rewrite(
+        self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool, multi_query: bool = False
+    ) -> RewriteResult:
+        return await self._handle.rewrite.remote(query, history, rewrite, hyde, multi_query)
 
 
 class HandleRetriever:
     def __init__(self, handle: DeploymentHandle) -> None:
         self._handle = handle
 
-    async def retrieve(self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None) -> RetrievalResult:
-        return await self._handle.retrieve.remote(tenant, query, filter_expr, hyde_passage)
+    async def retrieve(
+        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None, paraphrases: tuple[str, ...] = ()
+    ) -> RetrievalResult:
+        return await self._handle.retrieve.remote(tenant, query, filter_expr, hyde_passage, paraphrases)
 
     async def embed(self, text: str) -> list[float]:
         return await self._handle.embed.remote(text)

@@ -157,6 +157,8 @@ class QueryPipeline:
         switches.append(self.mode(request))
         if request.neighbours is not None:  # appended only when asked for: older keys stay valid
             switches.append(f"neighbours={request.neighbours}")
+        if request.multi_query is not None:
+            switches.append(f"multi_query={request.multi_query}")
         return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version)
 
     def mode(self, request: QueryRequest) -> ResponseMode:
@@ -245,6 +247,7 @@ class QueryPipeline:
         top_k = request.top_k or cfg.default_top_k
         want_rewrite = cfg.rewrite.rewrite_default if request.rewrite is None else request.rewrite
         want_hyde = cfg.rewrite.hyde_default if request.hyde is None else request.hyde
+        want_paraphrases = cfg.rewrite.multi_query_default if request.multi_query is None else request.multi_query
         tenant_rerank = cfg.rerank.tenants.get(tenant)
         want_rerank = request.rerank if request.rerank is not None else cfg.rerank.rerank_default
         if request.rerank is None and tenant_rerank is not None:
@@ -254,15 +257,19 @@ class QueryPipeline:
 
         started = time.perf_counter()
         query, hyde_passage = request.query, None
-        spent = Usage()  # LLM tokens of the calls that returned (rewrite, HyDE, answers)
-        if want_rewrite or want_hyde:
+        paraphrases: tuple[str, ...] = ()
+        spent = Usage()  # LLM tokens of the calls that returned (rewrite, HyDE, paraphrases, answers)
+        if want_rewrite or want_hyde or want_paraphrases:
             try:
                 rewritten = await self._guarded(
                     "rewrite",
-                    lambda: self._stages.rewriter.rewrite(request.query, history, want_rewrite, want_hyde),
+                    lambda: self._stages.rewriter.rewrite(
+                        request.query, history, want_rewrite, want_hyde, want_paraphrases
+                    ),
                     cfg.rewrite.timeout_s,
                 )
                 query, hyde_passage = rewritten.query or request.query, rewritten.hyde_passage
+                paraphrases = tuple(rewritten.paraphrases)
                 spent += rewritten.usage
                 await report("rewrite", rewritten.status, started, rewritten.detail)
             except StageFailure as failure:
@@ -274,7 +281,7 @@ class QueryPipeline:
         try:
             retrieved = await call_stage(
                 "retrieve",
-                lambda: self._stages.retriever.retrieve(tenant, query, filter_expr, hyde_passage),
+                lambda: self._stages.retriever.retrieve(tenant, query, filter_expr, hyde_passage, paraphrases),
                 cfg.retrieve.timeout_s,
             )
         except StageFailure as failure:
@@ -286,9 +293,11 @@ class QueryPipeline:
         passages = self._own_tenant_only(retrieved.passages, tenant, request_id)
         degraded = "; ".join(f"{arm} {state}" for arm, state in retrieved.arms.items() if state != "ok")
         detail = f"embedded {retrieved.embedded}" + (f"; {degraded}" if degraded else "")
+        if paraphrases:
+            detail += f"; {retrieved.paraphrases_searched} of {len(paraphrases)} paraphrase(s) searched"
         await report("retrieve", "fallback" if degraded else "ok", started, detail)
 
-        used = RetrievalQuery(query=query, hyde_passage=hyde_passage)
+        used = RetrievalQuery(query=query, hyde_passage=hyde_passage, paraphrases=list(paraphrases))
         if not passages:
             reports["rerank"] = StageStatus(status="skipped", detail="nothing to rerank")
             why = "no passage above the similarity floor"

@@ -12,14 +12,16 @@ from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, Rewri
 
 
 class Rewriter(Protocol):
-    async def rewrite(self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool) -> RewriteResult:
-        """A self-contained query from the conversation and/or a hypothetical passage; or why not."""
+    async def rewrite(
+        self, query: str, history: list[dict[str, str]], rewrite: bool, hyde: bool, multi_query: bool = False
+    ) -> RewriteResult:
+        """A self-contained query from the conversation, a hypothetical passage and/or paraphrases; or why not."""
         ...
 
 
 class Retriever(Protocol):
     async def retrieve(
-        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None
+        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None, paraphrases: tuple[str, ...] = ()
     ) -> RetrievalResult: ...
 
     async def embed(self, text: str) -> list[float]:

@@ -78,6 +78,7 @@ class RetrievalResult:
     arms: dict[str, str] = field(default_factory=dict)  # arm -> "ok" | error reason
     dropped_below_floor: int = 0
     embedded: str = "query"  # what the dense arm embedded: query, query+hyde or hyde
+    paraphrases_searched: int = 0  # multi-query: paraphrases whose searches were fused in
 
     @property
     def degraded(self) -> bool:
@@ -102,6 +103,7 @@ class RewriteResult:
     status: StageStatusName = "skipped"
     detail: str = ""
     usage: Usage = field(default_factory=Usage)
+    paraphrases: list[str] = field(default_factory=list)  # multi-query: searched beside the query
 
 
 @dataclass
@@ -157,6 +159,11 @@ class QueryRequest(BaseModel):
     rewrite: bool | None = None
     hyde: bool | None = None
     rerank: bool | None = None
+    multi_query: bool | None = Field(
+        default=None,
+        description="the LLM proposes paraphrases searched beside the question, fused with it weighted highest "
+        "(default: serve.rewrite.multi_query_default)",
+    )
     neighbours: int | None = Field(
         default=None,
         ge=0,
@@ -232,6 +239,7 @@ class Citation(BaseModel):
 class RetrievalQuery(BaseModel):
     query: str = Field(description="what was searched: the question, or its rewrite")
     hyde_passage: str | None = Field(default=None, description="the hypothetical passage embedded with it")
+    paraphrases: list[str] = Field(default_factory=list, description="multi-query: searched beside it")
 
 
 class QueryResponse(BaseModel):

@@ -98,6 +98,7 @@ class FakeStages:
         self.contexts: list = []  # what each synthesize_stream call was given as its AnswerContext
         self.modes: list = []  # the response mode of each synthesize_stream call
         self.read: list = []  # the passage texts each synthesize_stream call was given
+        self.searched: list = []  # (query, paraphrases) of each retrieve call
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -112,16 +113,18 @@ class FakeStages:
 
             raise BackPressureError(num_queued_requests=4, max_queued_requests=4)
 
-    async def rewrite(self, query, history, rewrite, hyde):  # type: ignore[no-untyped-def]
+    async def rewrite(self, query, history, rewrite, hyde, multi_query=False):  # type: ignore[no-untyped-def]
         from serve.types import RewriteResult
 
         await self._enter("rewrite")
-        return RewriteResult(query=query + " rewritten", status="ok", usage=REWRITE_COST)
+        paraphrases = [f"{query} paraphrased"] if multi_query else []
+        return RewriteResult(query=query + " rewritten", status="ok", usage=REWRITE_COST, paraphrases=paraphrases)
 
-    async def retrieve(self, tenant, query, filter_expr, hyde_passage):  # type: ignore[no-untyped-def]
+    async def retrieve(self, tenant, query, filter_expr, hyde_passage, paraphrases=()):  # type: ignore[no-untyped-def]
         from serve.types import RetrievalResult
 
         await self._enter("retrieve")
+        self.searched.append((query, tuple(paraphrases)))
         return RetrievalResult(list(self.passages), index_version=3, arms=dict(self.arms))
 
     async def rerank(self, query, passages, top_n):  # type: ignore[no-untyped-def]

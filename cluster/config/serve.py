@@ -239,6 +239,16 @@ class RewriteConfig(Section):
     max_query_chars: int = Field(default=400, gt=0, description="a longer rewrite is refused")
     hyde_max_tokens: int = Field(default=96, gt=0)
     hyde_include_original: bool = Field(default=True, description="embed the question with the HyDE passage")
+    multi_query_default: bool = Field(
+        default=False, description="multi-query when the request does not say (`ragc eval` measures it)"
+    )
+    multi_queries: int = Field(default=3, ge=1, le=5, description="paraphrases the LLM proposes per question")
+    multi_query_weight: float = Field(
+        default=2.0,
+        ge=1,
+        description="the question's own ranked lists' weight in the fusion; each paraphrase's lists weigh 1",
+    )
+    multi_query_max_tokens: int = Field(default=96, gt=0)
     cache_entries: int = Field(default=4096, ge=0, description="per-replica cache of rewrites")
     cache_ttl_s: float = Field(default=3600.0, gt=0)
 

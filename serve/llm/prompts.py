@@ -95,6 +95,43 @@ def clean_rewrite(raw: str, query: str, history: list[dict[str, str]], max_chars
     return text, ""
 
 
+MULTI_QUERY_SYSTEM = (
+    "Write {n} different search queries that would find documents answering the question: other words, "
+    "other angles. One query per line, nothing else."
+)
+_LIST_MARK = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s*")
+
+
+def multi_query_messages(query: str, n: int) -> Messages:
+    return [{"role": "system", "content": MULTI_QUERY_SYSTEM.format(n=n)}, {"role": "user", "content": query}]
+
+
+def multi_query_pattern(n: int) -> str:
+    """Structured output: 1-n lines of a query each."""
+    line = r"[^\n]{8,200}"
+    return rf"{line}(?:\n{line}){{0,{n - 1}}}"
+
+
+def clean_paraphrases(raw: str, query: str, n: int, max_chars: int) -> list[str]:
+    """The usable paraphrases, first `n`: list marks and quotes removed, none that repeats the question or
+    another paraphrase, and each sharing a content word with the question (a model that drifts off the
+    subject would otherwise search for something else)."""
+    own = terms(query)
+    kept: list[str] = []
+    seen = {" ".join(sorted(own))}
+    for line in raw.splitlines():
+        text = _PREAMBLE.sub("", _LIST_MARK.sub("", line)).strip().strip(_QUOTES).strip()
+        words = terms(text)
+        key = " ".join(sorted(words))
+        if not text or len(text) > max_chars or len(words) < 2 or key in seen or not words & own:
+            continue
+        seen.add(key)
+        kept.append(text)
+        if len(kept) == n:
+            break
+    return kept
+
+
 def hyde_messages(query: str) -> Messages:
     return [{"role": "system", "content": HYDE_SYSTEM}, {"role": "user", "content": query}]
 

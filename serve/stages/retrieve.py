@@ -273,8 +273,32 @@ class HybridRetriever:
         query: str,
         filter_expr: str = "",
         hyde_passage: str | None = None,
+        paraphrases: tuple[str, ...] = (),
     ) -> RetrievalResult:
-        return self.fuse(self.search_arms(tenant, query, filter_expr, hyde_passage))
+        hits = self.search_arms(tenant, query, filter_expr, hyde_passage)
+        extra = self.paraphrase_hits(tenant, paraphrases, filter_expr) if paraphrases else {}
+        result = self.fuse(replace(hits, results=hits.results | extra))
+        result.paraphrases_searched = len(extra) // 2
+        return result
+
+    def paraphrase_hits(
+        self, tenant: str, paraphrases: tuple[str, ...], filter_expr: str = ""
+    ) -> dict[str, list[Passage]]:
+        """Multi-query: both arms for every paraphrase, one search request per arm, as `dense#n` / `bm25#n`
+        lists. Their hits carry no cosine: the floor judges the question's own. A failure leaves the question's
+        own lists to answer alone."""
+        try:
+            vectors = [unit(v) for v in self._ready_embedder().embed(list(paraphrases))]
+            expr = all_of(eq(ChunkFields.TENANT, tenant), filter_expr)
+            dense, bm25 = self._search_dense(vectors, expr), self._search_bm25(list(paraphrases), expr, None)
+        except Exception as exc:  # noqa: BLE001 - the question's own search still answers
+            logger.warning("paraphrase search failed", extra={"error": str(exc)})
+            return {}
+        out: dict[str, list[Passage]] = {}
+        for n, (dense_hits, bm25_hits) in enumerate(zip(dense, bm25, strict=True), start=1):
+            out[f"dense#{n}"] = [replace(p, dense_score=None) for p in dense_hits]
+            out[f"bm25#{n}"] = bm25_hits
+        return out
 
     def search_arms(self, tenant: str, query: str, filter_expr: str = "", hyde_passage: str | None = None) -> ArmHits:
         """Both searches, before fusion and the floor (the eval fuses one search per arm several ways)."""
@@ -357,9 +381,10 @@ class HybridRetriever:
                 if cosines.get(hit.chunk_id) is None:
                     cosines[hit.chunk_id] = hit.dense_score
         weight = weights or self.arm_weights()
-        fused = rrf_fuse(
-            [[p.chunk_id for p in hits] for hits in results.values()], self._rcfg.rrf_k, [weight[a] for a in results]
-        )
+        # multi-query: the question's own lists (`dense`, `bm25`) outweigh each paraphrase's (`dense#n`, ...)
+        lead = self._cfg.serve.rewrite.multi_query_weight if any("#" in a for a in results) else 1.0
+        list_weights = [weight[a.split("#")[0]] * (1.0 if "#" in a else lead) for a in results]
+        fused = rrf_fuse([[p.chunk_id for p in hits] for hits in results.values()], self._rcfg.rrf_k, list_weights)
         passages: list[Passage] = []
         dropped = 0
         floor = self._rcfg.similarity_floor
@@ -390,10 +415,17 @@ class RetrieveStage(FaultHooks):
         return {"cfg": tree, "fault_delay_s": tree.serve.faults.delay_s.get("retrieve", 0.0)}
 
     async def retrieve(
-        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None = None
+        self,
+        tenant: str,
+        query: str,
+        filter_expr: str,
+        hyde_passage: str | None = None,
+        paraphrases: tuple[str, ...] = (),
     ) -> RetrievalResult:
         await self._injected_delay()
-        return await asyncio.to_thread(self._retriever.retrieve, tenant, query, filter_expr, hyde_passage)
+        return await asyncio.to_thread(
+            self._retriever.retrieve, tenant, query, filter_expr, hyde_passage, tuple(paraphrases)
+        )
 
     async def embed(self, text: str) -> list[float]:
         return await asyncio.to_thread(self._retriever.embed_query, text)

@@ -357,6 +357,21 @@ def test_the_packaged_model_rewrites_at_least_one_follow_up(follow_ups: list[tup
     assert any(s["status"] == "ok" for _, s in statuses), statuses
 
 
+def test_multi_query_asks_the_engine_for_paraphrases_and_searches_what_passes(service: dict[str, Any]) -> None:
+    """The packaged 135M model's paraphrases may all be refused by the checks; either way the request is
+    answered, and what the response says was searched is what was searched."""
+    out = ask(service, {"query": "How does the reindex job avoid downtime?", "multi_query": True, "rerank": False})
+    rewrite, paraphrases = out["stages"]["rewrite"], out["retrieval_query"]["paraphrases"]
+    assert out["answer"] and out["usage"]["prompt_tokens"] > 0, "the paraphrase call was made and counted"
+    if paraphrases:
+        assert rewrite["status"] == "ok" and f"{len(paraphrases)} paraphrase(s)" in rewrite["detail"]
+        assert f"{len(paraphrases)} of {len(paraphrases)} paraphrase(s) searched" in out["stages"]["retrieve"]["detail"]
+    else:
+        refused_or_late = "searched alone" in rewrite["detail"] or "original query used" in rewrite["detail"]
+        assert rewrite["status"] == "fallback" and refused_or_late, rewrite
+        assert "paraphrase" not in out["stages"]["retrieve"]["detail"]
+
+
 def test_hyde_on_off_changes_what_is_embedded(service: dict[str, Any]) -> None:
     question = "What happens when a document is edited?"
     off = ask(service, {"query": question, "hyde": False, "rewrite": False, "rerank": False})
@@ -400,7 +415,7 @@ def test_engine_slower_than_its_timeout_falls_back_to_extractive(service: dict[s
         assert out["citations"] and out["grounded"], "the extractive answer cites its passages"
     rewrite = outs[0]["stages"]["rewrite"]
     assert rewrite["status"] == "fallback" and rewrite["detail"].startswith("original query used: timed out")
-    assert outs[0]["retrieval_query"] == {"query": questions[0], "hyde_passage": None}
+    assert outs[0]["retrieval_query"] == {"query": questions[0], "hyde_passage": None, "paraphrases": []}
 
 
 def test_killed_engine_falls_back_then_recovers_by_itself(service: dict[str, Any]) -> None:

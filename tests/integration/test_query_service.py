@@ -264,6 +264,34 @@ def test_the_answer_reads_each_passage_with_its_neighbouring_chunks(service: dic
     assert refused.status_code == 400 and "neighbours" in refused.text, refused.text
 
 
+def test_paraphrases_are_searched_in_the_tenant_and_fused_below_the_question(service: dict[str, Any]) -> None:
+    """Multi-query on real Milvus: a paraphrase brings in what it finds, inside the tenant and its filters,
+    and the question's own lists keep the lead."""
+    from cluster.store.expr import eq
+    from serve.stages.retrieve import HybridRetriever
+
+    retriever = HybridRetriever(service["cfg"])
+    question = "How are tenants kept apart?"
+    alone = retriever.retrieve("alpha", question)
+    paraphrase = "What happens when a document is edited?"
+    widened = retriever.retrieve("alpha", question, paraphrases=(paraphrase,))
+    assert widened.paraphrases_searched == 1 and alone.paraphrases_searched == 0
+    # weighted 2:1, a chunk only the paraphrase finds scores at most what rank 1 in one of the question's
+    # arms does: the lead is something the question found itself
+    assert widened.passages[0].chunk_id in {p.chunk_id for p in alone.passages}
+    own_top = {p.doc_id for p in alone.passages[:5]}
+    edited = retriever.retrieve("alpha", paraphrase).passages[0]
+    assert edited.doc_id not in own_top, "the paraphrase's best document is not one the question finds alone"
+    assert edited.doc_id in {p.doc_id for p in widened.passages[:5]}
+    leaked = retriever.retrieve("alpha", question, paraphrases=(BETA_SECRET,))
+    assert all(p.tenant_id == "alpha" for p in leaked.passages), "another tenant's text stays out"
+    load_tests = "How do I run the Locust load tests?"
+    unfiltered = retriever.retrieve("alpha", question, paraphrases=(load_tests,))
+    assert "txt" in {p.doc_type for p in unfiltered.passages}
+    only_md = retriever.retrieve("alpha", question, eq("doc_type", "md"), paraphrases=(load_tests,))
+    assert only_md.passages and {p.doc_type for p in only_md.passages} == {"md"}, "the filter holds for paraphrases"
+
+
 def test_filters_are_pushed_down_and_injection_is_refused(service: dict[str, Any]) -> None:
     out = ask(
         service, {"query": "What do I do when the service says it is not ready?", "filters": {"doc_type": "txt"}}

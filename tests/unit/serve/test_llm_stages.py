@@ -252,7 +252,7 @@ def test_generated_tokens_are_streamed_as_they_come() -> None:
     out = pipeline_run(FakeStages(passages()), events)
     assert [d["text"] for e, d in events if e == "token"] == ["LLM ", "answer ", "[1]"]
     assert out["stages"]["synthesize"] == {"status": "ok", "ms": out["stages"]["synthesize"]["ms"], "detail": "llm"}
-    assert out["retrieval_query"] == {"query": "tenants", "hyde_passage": None}, "rewrite is off by default"
+    assert out["retrieval_query"] == {"query": "tenants", "hyde_passage": None, "paraphrases": []}, "rewrite off"
 
 
 @pytest.mark.parametrize("fault", ["fail", "slow"])
