@@ -68,18 +68,14 @@ test-eval: setup system-deps
 # The quality gate (CPU-bound for ~45 min on 2 cores) runs beside the other tiers, which leave about half
 # the CPU idle while they wait on servers, replicas and timeouts: at nice $(GATE_NICE) it takes what they leave
 # and yields when they need it. Its output goes to $(GATE_LOG), printed when it ends.
-# The gate's LLM answer slices wait (bounded) for $(TIERS_DONE), written when the other tiers end.
 SERIAL_TIERS := lint test-unit test-integration
 GATE_LOG := .ragc/test-eval.log
 GATE_NICE ?= 10
-TIERS_DONE := $(CURDIR)/.ragc/serial-tiers.done
 test: setup system-deps
-	@mkdir -p .ragc; rm -f $(TIERS_DONE); failed=""; \
+	@mkdir -p .ragc; failed=""; \
 	echo "test-eval: running beside the other tiers (nice $(GATE_NICE)), log in $(GATE_LOG)"; \
-	RAGC_GATE_CPU_FREE_FILE=$(TIERS_DONE) nice -n $(GATE_NICE) $(MAKE) --no-print-directory test-eval \
-	  > $(GATE_LOG) 2>&1 & gate=$$!; \
+	nice -n $(GATE_NICE) $(MAKE) --no-print-directory test-eval > $(GATE_LOG) 2>&1 & gate=$$!; \
 	for tier in $(SERIAL_TIERS); do $(MAKE) --no-print-directory $$tier || failed="$$failed $$tier"; done; \
-	touch $(TIERS_DONE); \
 	echo "waiting for test-eval ($(GATE_LOG))"; wait $$gate || failed="$$failed test-eval"; cat $(GATE_LOG); \
 	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 

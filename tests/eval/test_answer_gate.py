@@ -9,9 +9,6 @@ unchecked answers. The full sets are
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +27,8 @@ DATASETS = ("inscit", "scifact")
 SYNTHESIS_TIMEOUT_S = "120"
 
 
-# `make test` names a file it creates once the tiers beside the gate are done: the LLM answers then get the CPU
-# to themselves (CI sim 24: started beside the integration tier, they took 604 s against 339 s, and slowed it
-# by minutes). Bounded: a tier that hangs delays the slices, never blocks them.
-CPU_FREE_FILE = "RAGC_GATE_CPU_FREE_FILE"
-CPU_FREE_WAIT_S = 1200
-
-
-def wait_for_the_cpu() -> None:
-    marker = os.environ.get(CPU_FREE_FILE)
-    if not marker:
-        return
-    started = time.monotonic()
-    while not Path(marker).exists() and time.monotonic() - started < CPU_FREE_WAIT_S:
-        time.sleep(5)
-    print(f"answer gate: waited {time.monotonic() - started:.0f} s for the tiers beside it", file=sys.stderr)
-
-
 @pytest.fixture(scope="session")
 def answers(gate_cli: RagcCli, gate_env: dict[str, str], gate_dir: Path) -> dict[str, dict[str, Any]]:
-    wait_for_the_cpu()
     env = gate_env | {"RAGC_SERVE__SYNTHESIZE__TIMEOUT_S": SYNTHESIS_TIMEOUT_S}
     ragc = make_cli(env, gate_dir / "cli.log")  # gate_cli's cluster, the answer stage's timeout raised
     out = {}
