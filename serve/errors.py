@@ -22,10 +22,6 @@ class UnauthorizedError(QueryError):
     status_code = 401
 
 
-class NotReadyError(QueryError):
-    status_code = 503
-
-
 class UnavailableError(QueryError):
     status_code = 503
 
@@ -49,6 +45,12 @@ class RateLimitedError(RetryLaterError):
     """Over a tenant's limit."""
 
     status_code = 429
+
+
+class NotReadyError(RetryLaterError):
+    """A stage the answer needs is unreachable (starting, or its replica lost and being rescheduled)."""
+
+    status_code = 503
 
 
 class OverloadedError(RetryLaterError):

@@ -72,7 +72,7 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
             (413, "body too large"),
             (415, "not JSON"),
             (429, "over the tenant's request rate or requests in flight; Retry-After says when to retry"),
-            (503, "not ready, overloaded (with Retry-After) or retrieval unavailable"),
+            (503, "not ready or overloaded (both with Retry-After), or retrieval unavailable"),
             (504, "request deadline passed"),
         )
     },

@@ -34,7 +34,7 @@ from local.nodes import LocalNodes, start_local_nodes, worker_name
 from tests.eval.conftest import SCIFACT
 from tests.integration.conftest import free_port, make_config, start_session_ray
 from tests.integration.test_ingest import rows_of
-from tests.integration.test_resilience import LoadLoop, lost_replica
+from tests.integration.test_resilience import LoadLoop, Outcome, lost_replica
 
 QUESTIONS = [
     "How are tenants kept apart?",
@@ -233,6 +233,11 @@ def answered(load: LoadLoop) -> list[tuple[float, int, str]]:
     ]
 
 
+def not_ready(o: Outcome) -> bool:
+    """The ingress readiness gate's refusal while the retrieval stage is unreachable: 503, Retry-After."""
+    return o.status == 503 and "service not ready" in str(o.body.get("error")) and o.retry_after is not None
+
+
 def wait_for_replicas(stage: str, wanted: Callable[[int], bool], timeout_s: float) -> float:
     """Seconds until `wanted(running replicas of stage)`; fails the test past `timeout_s`."""
     started = time.monotonic()
@@ -318,6 +323,8 @@ def test_losing_a_worker_under_load_keeps_answering_and_recovers(scaling_app: st
     unexplained = [
         o for o in unexplained if not (o.status == 503 and "retrieval unavailable" in o.body.get("error", ""))
     ]
+    # while a lost retrieval replica is rescheduled the readiness gate may refuse first (seen in CI sim 25)
+    unexplained = [o for o in unexplained if not (not_ready(o) and o.started < lost_at + recovered_s)]
     assert not unexplained, [(o.status, o.body) for o in unexplained]
     assert codes[200] > len(failed), codes
 

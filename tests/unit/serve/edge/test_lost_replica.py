@@ -69,3 +69,13 @@ def test_serve_loads_it_from_the_proxy_environment() -> None:
     loaded = getattr(__import__(module, fromlist=[name]), name)
     assert [m.cls for m in validate_http_proxy_callback_return(loaded())] == [m.cls for m in proxy_middlewares()]
     assert proxy_middlewares()[0].cls is LostReplicaAs503
+
+
+def test_a_not_ready_refusal_says_when_to_retry() -> None:
+    import pickle
+
+    from serve.edge.ingress import retry_headers
+    from serve.errors import NotReadyError
+
+    refusal = pickle.loads(pickle.dumps(NotReadyError("service not ready: retrieval stage unreachable")))
+    assert refusal.status_code == 503 and retry_headers(refusal) == {"Retry-After": "1"}
