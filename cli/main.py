@@ -220,10 +220,11 @@ def cmd_eval_variant(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_train_reranker(cfg: RagcConfig, args: argparse.Namespace) -> int:
-    from training.train_reranker import TrainRequest, run_training
+    from training.train_reranker import TrainRequest, run_domain_only, run_training
 
     request = TrainRequest(dataset=args.dataset, split=args.split, out=args.out, limit=args.limit)
-    print(json.dumps(run_training(cfg, request), default=str))
+    run = run_domain_only if args.domain_only else run_training
+    print(json.dumps(run(cfg, request), default=str))
     return EXIT_OK
 
 
@@ -411,6 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--split", default="train")
     train.add_argument("--out", type=Path, required=True)
     train.add_argument("--limit", type=int, default=0, help="first N training queries; 0 = all")
+    train.add_argument(
+        "--domain-only",
+        action="store_true",
+        help="train nothing: record the questions the reranker in --out knows (one trained before it did)",
+    )
     train.set_defaults(func=cmd_train_reranker)
 
     calibrate = sub.add_parser(

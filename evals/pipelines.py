@@ -11,6 +11,7 @@ from cluster.config import RagcConfig
 from cluster.models import SentenceTransformerEmbedder
 from evals.pair_store import PairScoreStore
 from serve.answerability import answerability_features
+from serve.rerank_domain import RerankDomain
 from serve.stages.rerank import PairScorer, best_scores, rerank_order, rerank_pairs
 from serve.stages.retrieve import ArmHits, HybridRetriever
 from serve.types import Passage
@@ -39,11 +40,14 @@ class PipelineSpec:
     rrf_weight: float | None = None
     # each retrieval arm's weight in the hybrid fusion instead of serve.retrieve's (`NAME@bm25=W:dense=W`)
     arm_weights: tuple[tuple[str, float], ...] | None = None
+    # a reranker that records its domain keeps the fusion order for questions outside it, as the service does
+    # (serve.rerank.domain_check); `NAME@domain=off` reranks every question
+    domain_check: bool = True
 
     @property
     def variant(self) -> bool:
         """A re-weighting of a named pipeline: it reuses that pipeline's searches and cross-encoder scores."""
-        return self.rrf_weight is not None or self.arm_weights is not None
+        return self.rrf_weight is not None or self.arm_weights is not None or not self.domain_check
 
     @property
     def needs_llm(self) -> bool:
@@ -68,7 +72,8 @@ NO_LLM_PIPELINES = [name for name, spec in PIPELINES.items() if not spec.needs_l
 
 def pipeline_spec(name: str) -> PipelineSpec:
     """A known pipeline, or one re-weighted after `@`, settings joined by `:`: a number is the cross-encoder
-    rank's fusion weight (`hybrid_rerank@0.5`), `dense=W` and `bm25=W` an arm's weight (`hybrid@bm25=1.5`)."""
+    rank's fusion weight (`hybrid_rerank@0.5`), `dense=W` and `bm25=W` an arm's weight (`hybrid@bm25=1.5`),
+    `domain=off` a rerank pipeline that ignores the reranker's domain (`hybrid_rerank@domain=off`)."""
     base, _, variant = name.partition("@")
     if base not in PIPELINES:
         raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)} (with @WEIGHT settings)")
@@ -77,8 +82,12 @@ def pipeline_spec(name: str) -> PipelineSpec:
         return spec
     rrf_weight: float | None = None
     arms: dict[str, float] = {}
+    domain_check = True
     for setting in variant.split(":"):
         key, _, text = setting.rpartition("=")
+        if key == "domain" and spec.rerank and text in ("on", "off"):
+            domain_check = text == "on"
+            continue
         try:
             value = float(text)
         except ValueError:
@@ -92,14 +101,17 @@ def pipeline_spec(name: str) -> PipelineSpec:
         else:
             raise ValueError(
                 f"pipeline {name!r}: {setting!r} is not a setting of {base} (a number: the cross-encoder's fusion "
-                "weight of a rerank pipeline; dense=W, bm25=W: an arm's weight in a hybrid one)"
+                "weight of a rerank pipeline; dense=W, bm25=W: an arm's weight in a hybrid one; domain=off: a "
+                "rerank pipeline that reranks questions outside the reranker's domain too)"
             )
     settings = ([f"{rrf_weight:g}"] if rrf_weight is not None else []) + [f"{a}={w:g}" for a, w in arms.items()]
+    settings += [] if domain_check else ["domain=off"]
     return replace(
         spec,
         name=f"{base}@{':'.join(settings)}",
         rrf_weight=rrf_weight,
         arm_weights=tuple(arms.items()) or None,
+        domain_check=domain_check,
     )
 
 
@@ -135,7 +147,9 @@ class PipelineRunner:
         hyde: HydeWriter | None = None,
         pair_store: PairScoreStore | None = None,
         paraphrase: Paraphraser | None = None,
+        domain: RerankDomain | None = None,
     ) -> None:
+        """`domain`: the reranker's, whose questions a rerank pipeline reranks (the others keep the fusion order)."""
         self._cfg = eval_config(cfg)
         self._tenant = tenant
         self._scorer = scorer
@@ -150,6 +164,11 @@ class PipelineRunner:
         self._pair_scores: dict[tuple[str, str], float] = {}
         self._pair_store = pair_store
         self._head_scores: dict[tuple[str, tuple[str, ...]], list[float]] = {}  # for the @WEIGHT variants
+        if domain is not None and domain.embedding_model_id != cfg.embedding.model_id:
+            raise ValueError(f"the reranker's domain was built with {domain.embedding_model_id!r}, not this embedder")
+        self._domain = domain
+        self._inside: dict[str, bool] = {}
+        self._reranked: dict[str, dict[str, bool]] = {}  # pipeline -> question -> reranked
 
     def check(self, spec: PipelineSpec) -> None:
         if spec.rerank and self._scorer is None:
@@ -190,6 +209,8 @@ class PipelineRunner:
             hits = replace(hits, results=hits.results | self._paraphrased(retriever, spec.service_depth, query))
         passages = retriever.fuse(hits, weights).passages
         if spec.rerank and self._scorer is not None and passages:
+            self._reranked.setdefault(spec.name, {})[query] = self._knows(spec, query)
+        if spec.rerank and self._scorer is not None and passages and self._reranked[spec.name][query]:
             head = passages[: self._cfg.serve.rerank.depth]
             head_key = (query, tuple(p.chunk_id for p in head))
             scores = self._head_scores.get(head_key) if spec.variant else None
@@ -204,6 +225,19 @@ class PipelineRunner:
                 rerank = rerank.model_copy(update={"rrf_weight": spec.rrf_weight, "order": "rrf"})
             passages = rerank_order(head, scores, len(head), rerank) + passages[len(head) :]
         return passages
+
+    def _knows(self, spec: PipelineSpec, query: str) -> bool:
+        """Whether the pipeline reranks this question: always, unless the reranker's domain leaves it out."""
+        if self._domain is None or not spec.domain_check:
+            return True
+        if query not in self._inside:
+            self._inside[query] = self._domain.inside(self._embedder.embed([query])[0])[0]
+        return self._inside[query]
+
+    def reranked_share(self, spec: PipelineSpec) -> float | None:
+        """Share of the questions this rerank pipeline ran that the cross-encoder reranked."""
+        seen = self._reranked.get(spec.name)
+        return round(sum(seen.values()) / len(seen), 4) if seen else None
 
     def _paraphrased(self, retriever: HybridRetriever, service_depth: bool, query: str) -> dict[str, list[Passage]]:
         """Both arms' hits for the LLM's paraphrases of `query`, generated and searched once per question."""

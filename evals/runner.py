@@ -39,6 +39,7 @@ from evals.pipelines import (
 from evals.report import write_report
 from evals.reranker_checks import check_entry, record_check
 from serve.answerability import CALIBRATION_FILE, AnswerabilityModel, abstain_below
+from serve.rerank_domain import RerankDomain
 
 EVAL_TENANT = "eval"
 EVAL_COLLECTION_PREFIX = "ragc_eval_"
@@ -274,7 +275,10 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         scorer = _scorer(ecfg, specs, signal)
         store = pair_store_for(ecfg) if scorer is not None else None
         paraphrase = hyde.paraphrases if hyde is not None else None
-        runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=scorer, hyde=hyde, pair_store=store, paraphrase=paraphrase)
+        domain = _domain(ecfg) if scorer is not None else None
+        runner = PipelineRunner(
+            ecfg, EVAL_TENANT, scorer=scorer, hyde=hyde, pair_store=store, paraphrase=paraphrase, domain=domain
+        )
         for spec in specs:
             runner.check(spec)
         pipelines: dict[str, Any] = {}
@@ -283,6 +287,8 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
             for spec in specs:
                 print(f"eval: {spec.name} over {len(eval_set.queries)} queries", file=sys.stderr, flush=True)
                 pipelines[spec.name] = score_pipeline(partial(runner.ranking, spec), eval_set)
+                if spec.rerank and runner.reranked_share(spec) is not None:
+                    pipelines[spec.name]["reranked_share"] = runner.reranked_share(spec)
         finally:
             if hyde is not None:
                 hyde.close()
@@ -317,6 +323,16 @@ def _scorer(cfg: RagcConfig, specs: list[PipelineSpec], answerability: bool) -> 
     from serve.stages.rerank import CrossEncoderScorer
 
     return CrossEncoderScorer(cfg.serve.rerank)
+
+
+def _domain(cfg: RagcConfig) -> RerankDomain | None:
+    """The reranker's domain when the service would check it (serve.rerank.domain_check)."""
+    model = cfg.serve.rerank.model
+    if not (model and cfg.serve.rerank.domain_check):
+        return None
+    from cluster.models import resolve_model_path
+
+    return RerankDomain.load(resolve_model_path(model))
 
 
 def _hyde(cfg: RagcConfig, specs: list[PipelineSpec]) -> InProcessHyde | None:

@@ -311,7 +311,7 @@ class QueryPipeline:
                     "rerank", lambda: self._stages.reranker.rerank(query, candidates, top_k), cfg.rerank.timeout_s
                 )
                 passages, top_scores = reranked.passages, reranked.top_scores
-                await report("rerank", reranked.status, started)
+                await report("rerank", reranked.status, started, reranked.detail)
             except StageFailure as failure:
                 passages = passages[:top_k]
                 await report("rerank", "fallback", started, f"fusion order kept: {failure.reason}")

@@ -90,6 +90,7 @@ class Reranked:
     passages: list[Passage]  # the top_n in reranked order
     status: StageStatusName
     top_scores: list[float] = field(default_factory=list)  # best cross-encoder logits of every scored candidate
+    detail: str = ""
 
     @property
     def scored(self) -> bool:

@@ -95,6 +95,7 @@ class FakeStages:
         self.calls: list[str] = []
         self.version = 3
         self.rerank_scores = [4.0, 1.0, 0.5]  # the cross-encoder's best logits the fake reports
+        self.rerank_outside = ""  # set: the question is outside the reranker's domain, and this says why
         self.contexts: list = []  # what each synthesize_stream call was given as its AnswerContext
         self.modes: list = []  # the response mode of each synthesize_stream call
         self.read: list = []  # the passage texts each synthesize_stream call was given
@@ -131,6 +132,8 @@ class FakeStages:
         from serve.types import Reranked
 
         await self._enter("rerank")
+        if self.rerank_outside:
+            return Reranked(passages[:top_n], "skipped", detail=self.rerank_outside)
         return Reranked(list(reversed(passages))[:top_n], "ok", list(self.rerank_scores))
 
     async def synthesize_stream(self, query, passages, context=None, mode="compact"):  # type: ignore[no-untyped-def]

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import RagcConfig, RerankTrainingConfig
-from cluster.models import pick_device, pick_dtype, resolve_model_path, set_torch_threads
+from cluster.models import (
+    Embedder,
+    SentenceTransformerEmbedder,
+    pick_device,
+    pick_dtype,
+    resolve_model_path,
+    set_torch_threads,
+)
 from cluster.store.client import connect
 from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
@@ -24,6 +31,7 @@ from evals.beir import EvalSet, load_qrels
 from evals.pipelines import SERVICE_HYBRID, PipelineRunner
 from evals.reranker_checks import TRAINING_RECORD
 from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
+from serve.rerank_domain import RerankDomain
 from serve.stages.rerank import pair_text
 from training.loop import TrainingGroup, query_groups, train_cross_encoder
 
@@ -44,7 +52,7 @@ def held_for_calibration(query_id: str, share: float, seed: int) -> bool:
     return int.from_bytes(digest[:8], "big") < share * 2**64
 
 
-def training_queries(req: TrainRequest, recipe: RerankTrainingConfig) -> tuple[EvalSet, list[str]]:
+def training_queries(req: TrainRequest, recipe: RerankTrainingConfig) -> tuple[EvalSet, dict[str, str]]:
     """The split's questions the reranker trains on, and those kept for calibration (never trained on)."""
     if req.split in HELD_OUT_SPLITS:
         raise ValueError(f"the {req.split!r} split is held out for evaluation; train on another split")
@@ -56,7 +64,9 @@ def training_queries(req: TrainRequest, recipe: RerankTrainingConfig) -> tuple[E
     kept = {q: t for q, t in train.queries.items() if q not in held_out}
     calibration = sorted(q for q in kept if held_for_calibration(q, recipe.calibration_share, recipe.seed))
     trained = {q: t for q, t in kept.items() if q not in set(calibration)}
-    return EvalSet(train.name, train.split, trained, {q: train.qrels[q] for q in trained}), calibration
+    return EvalSet(train.name, train.split, trained, {q: train.qrels[q] for q in trained}), {
+        q: kept[q] for q in calibration
+    }
 
 
 def first_chunks(client: Any, cfg: RagcConfig, doc_ids: list[str]) -> dict[str, str]:
@@ -107,6 +117,25 @@ def train_and_save(
     return outcome.summary() | {"device": device}
 
 
+def record_domain(
+    cfg: RagcConfig, trained: list[str], held_out: list[str], out: Path, embedder: Embedder | None = None
+) -> dict[str, Any]:
+    """Saves the questions the reranker knows beside it (serve.rerank_domain), read from the held-out ones."""
+    if not held_out:
+        return {"recorded": False, "why": "no question was held out of training (calibration_share 0)"}
+    recipe = cfg.train_reranker
+    embedder = embedder or SentenceTransformerEmbedder(cfg.embedding)
+    domain = RerankDomain.build(
+        embedder.embed(trained),
+        embedder.embed(held_out),
+        recipe.domain_neighbours,
+        recipe.domain_coverage,
+        cfg.embedding.model_id,
+    )
+    domain.save(out)
+    return {"recorded": True} | domain.summary()
+
+
 def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
     import ray
 
@@ -137,13 +166,29 @@ def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
         "dataset": req.dataset.name,
         "split": req.split,
         "queries": len(train.queries),
-        "calibration_queries": calibration,
+        "calibration_queries": sorted(calibration),
         "groups": len(groups),
         "recipe": recipe.model_dump(mode="json"),
         "ingest": {k: ingest[k] for k in ("chunks_embedded", "chunks_total", "seconds")},
         "mining_s": round(mining_s, 1),
         "training": outcome,
         "model": str(req.out.resolve()),
+        "domain": record_domain(cfg, list(train.queries.values()), list(calibration.values()), req.out),
     }
     (req.out / TRAINING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
+
+
+def run_domain_only(cfg: RagcConfig, req: TrainRequest, embedder: Embedder | None = None) -> dict[str, Any]:
+    """Records the domain of a reranker already in `req.out`, trained on this split before domains existed:
+    the same questions trained on and held out as its training chose (the recipe's share and seed)."""
+    record_path = req.out / TRAINING_RECORD
+    if not record_path.is_file():
+        raise ValueError(f"{req.out} holds no reranker trained by `ragc train-reranker` ({TRAINING_RECORD} missing)")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    train, calibration = training_queries(req, cfg.train_reranker)
+    if sorted(calibration) != sorted(record.get("calibration_queries", [])):
+        raise ValueError("this split and recipe hold out other questions than the reranker's training did")
+    record["domain"] = record_domain(cfg, list(train.queries.values()), list(calibration.values()), req.out, embedder)
+    record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record["domain"]

@@ -190,6 +190,12 @@ class RerankConfig(Section):
         description="per tenant, rerank when the request does not say, instead of rerank_default: a reranker "
         "helps where `ragc eval` on that tenant's own labels showed it (the reranker's ragc_checks.json)",
     )
+    domain_check: bool = Field(
+        default=True,
+        description="a reranker trained by `ragc train-reranker` records the questions it knows "
+        "(ragc_domain.json): a question unlike them keeps the fusion order (`skipped`, and why), since a "
+        "reranker can lower quality outside the domain it was trained on",
+    )
     timeout_s: float = Field(default=3.0, gt=0)
     max_length: int | None = Field(default=None, gt=0, description="tokens per pair; unset = the model's own")
     batch_max_size: int = Field(

@@ -46,5 +46,18 @@ class RerankTrainingConfig(Section):
         description="share of the split's questions kept out of training (a fixed hash of their ids), so that "
         "`ragc calibrate-abstention` fits the answerability model on questions the reranker never saw",
     )
+    domain_neighbours: int = Field(
+        default=5,
+        gt=0,
+        description="a question's closeness to the reranker's domain: its mean cosine to this many "
+        "nearest training questions",
+    )
+    domain_coverage: float = Field(
+        default=0.98,
+        gt=0,
+        le=1,
+        description="share of the held-out questions (calibration_share) whose closeness the domain's threshold "
+        "admits: the in-domain questions reranked",
+    )
     seed: int = 13
     gpus: float = Field(default=1.0, ge=0, description="GPUs of the Ray task when the cluster has any")

@@ -9,11 +9,12 @@ from typing import Any, Protocol
 
 from ray import serve
 
-from cluster.config import DeploymentConfig, RagcConfig, RerankConfig
-from cluster.models import available_cpus, pick_device, pick_dtype, resolve_model_path, set_torch_threads
+from cluster.config import DeploymentConfig, EmbeddingConfig, RagcConfig, RerankConfig
+from cluster.models import Embedder, available_cpus, pick_device, pick_dtype, resolve_model_path, set_torch_threads
 from serve.answerability import TOP_SCORES
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
+from serve.rerank_domain import RerankDomain
 from serve.types import Passage, Reranked
 
 Pairs = list[tuple[str, str]]
@@ -114,6 +115,18 @@ def rerank_order(passages: list[Passage], scores: list[float], top_n: int, cfg: 
     return out
 
 
+def domain_embedder(domain: RerankDomain, embedding: EmbeddingConfig, threads: int) -> Embedder:
+    """The embedding model the domain's vectors came from, on the replica's own torch threads."""
+    from cluster.models import SentenceTransformerEmbedder
+
+    if embedding.model_id != domain.embedding_model_id:
+        raise ValueError(
+            f"the reranker's domain was built with embedding {domain.embedding_model_id!r}, this service embeds with "
+            f"{embedding.model_id!r}: retrain the reranker here, or set serve.rerank.domain_check: false"
+        )
+    return SentenceTransformerEmbedder(embedding.model_copy(update={"num_threads": threads}))
+
+
 class RerankStage(FaultHooks):
     """Serve deployment. Without a configured model every call is `skipped` and keeps the fusion order."""
 
@@ -123,14 +136,24 @@ class RerankStage(FaultHooks):
         scorer: PairScorer | None = None,
         deployment: DeploymentConfig | None = None,
         fault_delay_s: float = 0.0,
+        embedding: EmbeddingConfig | None = None,
+        domain: RerankDomain | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        """`deployment`: this stage's Serve options, which size the replica's torch threads."""
+        """`deployment`: this stage's Serve options, which size the replica's torch threads; `embedding`: the
+        model questions are embedded with, loaded only for a reranker that records its domain (`domain`,
+        else read from the model's folder) when `cfg.domain_check` is on."""
         self._cfg = cfg
         self.inject_delay(fault_delay_s)
         threads = replica_threads(cfg.num_threads, deployment or DeploymentConfig())
         if scorer is None and cfg.model:
             scorer = CrossEncoderScorer(cfg, threads)
         self._scorer = scorer
+        self._domain, self._embedder = None, embedder
+        if cfg.domain_check and scorer is not None:
+            self._domain = domain or (RerankDomain.load(resolve_model_path(cfg.model)) if cfg.model else None)
+        if self._domain is not None and self._embedder is None:
+            self._embedder = domain_embedder(self._domain, embedding or EmbeddingConfig(), threads)
         batcher: Any = self._score_batch
         batcher.set_max_batch_size(batch_size(cfg.batch_max_size, threads, pick_device("auto")))
         batcher.set_batch_wait_timeout_s(self._cfg.batch_wait_timeout_s)
@@ -142,6 +165,7 @@ class RerankStage(FaultHooks):
             "cfg": tree.serve.rerank,
             "deployment": tree.serve.deployment("rerank"),
             "fault_delay_s": tree.serve.faults.delay_s.get("rerank", 0.0),
+            "embedding": tree.embedding,
         }
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
@@ -160,9 +184,25 @@ class RerankStage(FaultHooks):
         if self._scorer is None:
             return Reranked(passages[:top_n], "skipped")
         await self._injected_delay()
+        outside = await self._outside_domain(query)
+        if outside:
+            return Reranked(passages[:top_n], "skipped", detail=outside)
         head = passages[: self._cfg.depth]
         scores = await self._score_batch(rerank_pairs(query, head))
         return Reranked(rerank_order(head, scores, top_n, self._cfg), "ok", best_scores(scores))
+
+    async def _outside_domain(self, query: str) -> str:
+        """Why the question is not one the reranker knows, or "" (it is, or the reranker records no domain)."""
+        if self._domain is None or self._embedder is None:
+            return ""
+        vector = (await asyncio.to_thread(self._embedder.embed, [query]))[0]
+        inside, closeness = self._domain.inside(vector)
+        if inside:
+            return ""
+        return (
+            f"fusion order kept: the question is unlike those the reranker was trained on (closeness "
+            f"{closeness:.2f} < {self._domain.threshold:.2f})"
+        )
 
     def check_health(self) -> None:
         """Serve's health check: a replica that should score but has no model is replaced."""

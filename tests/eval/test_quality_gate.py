@@ -4,6 +4,7 @@ Orientation (ENVIRONMENT.md): dense MiniLM 0.645, stemmed BM25 0.686, RRF of bot
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tests.eval.conftest import RagcCli
 pytestmark = [pytest.mark.eval, pytest.mark.timeout(5100)]
 
 HYBRID_FLOOR = 0.70
+OFF_DOMAIN_QUESTION = "Who won the 1966 FIFA World Cup final at Wembley?"
 
 
 @pytest.fixture(scope="session")
@@ -112,6 +114,20 @@ def test_the_trained_reranker_loads_in_the_rerank_stage(reranker: dict[str, Any]
     claim = "Aspirin lowers the risk of colorectal cancer."
     scores = stage._scorer.score([(claim, "Aspirin use and colorectal cancer risk: a cohort study."), (claim, "x")])
     assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+    # the questions it knows: a claim like those it trained on is reranked, a question from elsewhere is not
+    assert stage._domain is not None and reranker["domain"]["recorded"]
+    assert asyncio.run(stage._outside_domain(claim)) == ""
+    assert "unlike those the reranker was trained on" in asyncio.run(stage._outside_domain(OFF_DOMAIN_QUESTION))
+
+
+def test_the_reranker_records_its_domain_from_questions_it_never_saw(
+    reranker: dict[str, Any], quality: dict[str, Any]
+) -> None:
+    """The held-out TRAIN questions set the threshold; the test claims are of the same kind, so nearly all of
+    them are reranked (out of domain, on INSCIT, nearly none are: README, A reranker out of its domain)."""
+    domain = reranker["domain"]
+    assert domain["held_out"] == len(reranker["calibration_queries"]) and domain["trained"] == reranker["queries"]
+    assert quality["pipelines"]["hybrid_rerank"]["reranked_share"] >= 0.9, quality["pipelines"]["hybrid_rerank"]
 
 
 def test_report_has_the_table_and_charts(quality: dict[str, Any]) -> None:

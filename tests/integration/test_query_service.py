@@ -62,6 +62,32 @@ def lenient_calibration(path: Path) -> Path:
     return path
 
 
+FAULTY_QUESTIONS = [
+    "How are tenants kept apart?",
+    "What is the similarity floor?",
+    "How does reindex work?",
+    "What happens to deleted documents?",
+]
+OFF_DOMAIN_QUESTION = "Which cheese do documents about milk recommend?"  # BM25 finds 'documents'
+
+
+def reranker_with_a_domain(folder: Path, cfg: RagcConfig) -> Path:
+    """The packaged MiniLM as a cross-encoder (untrained head), with a domain recorded as `ragc train-reranker`
+    records one: questions about this service, embedded by the real model, some held out."""
+    from cluster.models import SentenceTransformerEmbedder, resolve_model_path
+    from serve.rerank_domain import RerankDomain
+
+    folder.mkdir()
+    for part in Path(resolve_model_path("packaged:all-MiniLM-L6-v2")).iterdir():
+        (folder / part.name).symlink_to(part)
+    topics = ["tenants", "the cache", "reindexing", "deleted documents", "the similarity floor", "ingestion"]
+    asked = [f"{how} {topic}?" for topic in topics for how in ("How does the service handle", "What is", "Explain")]
+    embedder = SentenceTransformerEmbedder(cfg.embedding)
+    trained, held_out = asked[::2] + FAULTY_QUESTIONS, asked[1::2]
+    RerankDomain.build(embedder.embed(trained), embedder.embed(held_out), 3, 1.0, cfg.embedding.model_id).save(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def service(
     milvus_server: dict[str, Any],
@@ -98,7 +124,8 @@ def service(
     faulty.serve.faults.fail = ["dense"]
     faulty.serve.faults.delay_s = {"synthesize": 5.0}
     faulty.serve.synthesize.timeout_s = 0.5
-    faulty.serve.rerank.model = "packaged:all-MiniLM-L6-v2"  # untrained head: exercises the mechanics only
+    # untrained head: exercises the mechanics only
+    faulty.serve.rerank.model = str(reranker_with_a_domain(root / "reranker", cfg))
     faulty.serve.rerank.timeout_s = 60.0  # 4 requests' pairs in one fp32 batch take seconds on a slow CPU
     faulty.serve.cache.enabled = False
     faulty.serve.limits.tenants = {"gamma": TenantLimits(concurrent=1)}  # each request waits out synthesize
@@ -529,14 +556,8 @@ def test_the_mcp_client_lists_and_calls_search_and_ask(service: dict[str, Any]) 
 def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
     import concurrent.futures
 
-    questions = [
-        "How are tenants kept apart?",
-        "What is the similarity floor?",
-        "How does reindex work?",
-        "What happens to deleted documents?",
-    ]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        responses = list(pool.map(lambda q: ask(service, {"query": q}, prefix="/faulty"), questions))
+        responses = list(pool.map(lambda q: ask(service, {"query": q}, prefix="/faulty"), FAULTY_QUESTIONS))
     for response in responses:
         assert response.status_code == 200, response.text
         out = response.json()
@@ -546,6 +567,16 @@ def test_faults_fall_back_and_still_answer(service: dict[str, Any]) -> None:
         assert stages["answerability"]["status"] == "ok" and out["answerability"] > 0.99, "the calibration decided"
         assert stages["synthesize"]["status"] == "fallback" and "timed out" in stages["synthesize"]["detail"]
         assert out["citations"] and "[1]" in out["answer"]
+
+
+def test_a_question_outside_the_rerankers_domain_keeps_the_fusion_order(service: dict[str, Any]) -> None:
+    """The faulty app's reranker records the questions it knows; one unlike them is not reranked, and says so."""
+    response = ask(service, {"query": OFF_DOMAIN_QUESTION, "top_k": 3}, prefix="/faulty")
+    assert response.status_code == 200, response.text
+    stages = response.json()["stages"]
+    assert stages["rerank"]["status"] == "skipped", stages["rerank"]
+    assert "unlike those the reranker was trained on" in stages["rerank"]["detail"], stages["rerank"]
+    assert stages["answerability"]["status"] == "skipped", "no cross-encoder scores: the cosine floor decides"
 
 
 def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_others_do_not(service: dict[str, Any]) -> None:

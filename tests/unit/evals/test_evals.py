@@ -136,7 +136,14 @@ def test_pipeline_choice_and_the_default() -> None:
         ("hybrid@bm25=1.5", None, (("bm25", 1.5),)),
         ("hybrid_rerank@0.5:dense=0.8", 0.5, (("dense", 0.8),)),
     ]
+    unchecked = choose_pipelines(["hybrid_rerank@domain=off", "hybrid_rerank@0.5:domain=off"], cfg)
+    assert [(s.name, s.rrf_weight, s.domain_check, s.variant) for s in unchecked] == [
+        ("hybrid_rerank@domain=off", None, False, True),
+        ("hybrid_rerank@0.5:domain=off", 0.5, False, True),
+    ]
+    assert PIPELINES["hybrid_rerank"].domain_check and not PIPELINES["hybrid_rerank"].variant
     bad_names = ("hybrid@0.5", "hybrid_rerank@-1", "hybrid_rerank@x", "dense@bm25=2", "hybrid@bm25=x", "hybrid@x=1")
+    bad_names += ("hybrid@domain=off", "hybrid_rerank@domain=maybe")
     for bad in bad_names:
         with pytest.raises(ValueError, match="@"):
             choose_pipelines([bad], cfg)

@@ -6,7 +6,7 @@ from cluster.config import RagcConfig
 from serve.answerability import FEATURES, AnswerabilityModel, OperatingPoint
 from serve.errors import DeadlineError, UnavailableError
 from serve.pipeline import QueryPipeline
-from serve.types import Passage, QueryRequest
+from serve.types import Passage, QueryRequest, QueryResponse
 from tests.fakes import FakeStages, fake_stages
 
 
@@ -175,6 +175,16 @@ def test_without_cross_encoder_scores_the_cosine_floor_alone_decides(rerank: str
     assert not out["abstained"] and out["answerability"] is None
     assert out["stages"]["answerability"]["status"] == "skipped"
     assert "cosine floor alone decides" in out["stages"]["answerability"]["detail"]
+
+
+def test_a_question_outside_the_rerankers_domain_keeps_the_fusion_order_and_is_not_degraded() -> None:
+    stages = FakeStages(passages())
+    stages.rerank_outside = "fusion order kept: the question is unlike those the reranker was trained on"
+    out = run(stages, QueryRequest(query="q"), answerability=top_logit_model())
+    assert out["stages"]["rerank"] == out["stages"]["rerank"] | {"status": "skipped", "detail": stages.rerank_outside}
+    assert [p["doc_id"] for p in out["passages"]] == [p.doc_id for p in passages()][: len(out["passages"])]
+    assert out["answerability"] is None and "cosine floor alone decides" in out["stages"]["answerability"]["detail"]
+    assert not QueryResponse.model_validate(out).degraded()  # cached as a full answer
 
 
 def test_a_full_retrieval_queue_is_a_503_to_retry_and_other_full_stages_fall_back() -> None:
