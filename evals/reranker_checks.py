@@ -15,7 +15,7 @@ from cluster.models import resolve_model_path
 
 CHECKS_FILE = "ragc_checks.json"
 TRAINING_RECORD = "ragc_training.json"
-FIGURES = ("ndcg@10", "recall@100")
+FIGURES = ("ndcg@10", "recall@100", "reranked_share")  # the share only where the reranker records a domain
 
 
 def check_entry(result: dict[str, Any], history_user_turns: int) -> dict[str, Any] | None:
@@ -31,7 +31,9 @@ def check_entry(result: dict[str, Any], history_user_turns: int) -> dict[str, An
         "queries": result["queries"],
         "history_user_turns": history_user_turns,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "pipelines": {name: {k: pipelines[name][k] for k in FIGURES} for name in ["hybrid", *reranked]},
+        "pipelines": {
+            name: {k: pipelines[name][k] for k in FIGURES if k in pipelines[name]} for name in ["hybrid", *reranked]
+        },
         "ndcg@10_lift": {name: round(pipelines[name]["ndcg@10"] - base, 4) for name in reranked},
     }
 

@@ -14,7 +14,11 @@ def result(dataset: str, hybrid: float, reranked: float) -> dict:
         "dataset": dataset,
         "split": "test",
         "queries": 300,
-        "pipelines": {"hybrid": row, "hybrid_rerank": {**row, "ndcg@10": reranked}, "bm25": row},
+        "pipelines": {
+            "hybrid": row,
+            "hybrid_rerank": {**row, "ndcg@10": reranked, "reranked_share": 0.97},
+            "bm25": row,
+        },
     }
 
 
@@ -23,6 +27,8 @@ def test_each_dataset_and_split_keeps_its_latest_check(tmp_path: Path) -> None:
     first = check_entry(result("scifact", 0.70, 0.72), history_user_turns=1)
     assert first is not None and first["ndcg@10_lift"] == {"hybrid_rerank": 0.02}
     assert set(first["pipelines"]) == {"hybrid", "hybrid_rerank"}
+    assert first["pipelines"]["hybrid_rerank"]["reranked_share"] == 0.97  # how much of the set it reranked
+    assert "reranked_share" not in first["pipelines"]["hybrid"]
     assert record_check(str(tmp_path), first) == tmp_path / CHECKS_FILE
     record_check(str(tmp_path), check_entry(result("inscit", 0.60, 0.55), 1))  # type: ignore[arg-type]
     record_check(str(tmp_path), check_entry(result("scifact", 0.70, 0.73), 1))  # type: ignore[arg-type]
