@@ -95,6 +95,15 @@ class ArmHits:
         )
 
 
+def rpc_reason(exc: Exception) -> str:
+    """A gRPC failure as its status and details (its str() is a long repr that a response would cut short)."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        status = code()
+        return f"{getattr(status, 'name', status)}: {details()}"
+    return str(exc)
+
+
 class HybridRetriever:
     """Plain class: the Serve deployment, `ragc eval` and the benchmarks all run this same code."""
 
@@ -326,7 +335,7 @@ class HybridRetriever:
                 arms[arm] = "ok"
             except Exception as exc:  # noqa: BLE001 - one arm failing degrades to the other
                 logger.warning("retrieval arm failed", extra={"arm": arm, "error": str(exc)})
-                arms[arm] = f"failed: {exc}"
+                arms[arm] = f"failed: {rpc_reason(exc)}"
         if not results:
             self._stale = True  # reconnect on the next call: a dropped connection must not stick
             raise RuntimeError("both retrieval arms failed: " + "; ".join(f"{a}: {r}" for a, r in arms.items()))

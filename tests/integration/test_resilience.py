@@ -135,6 +135,24 @@ def stage_statuses(out: httpx.Response) -> dict[str, str]:
     return {name: s["status"] for name, s in out.json()["stages"].items()} if out.status_code == 200 else {}
 
 
+def settled_statuses(service: dict[str, Any], within_s: float = 90) -> dict[str, str]:
+    """The statuses of a healthy answer, before a fault is injected. The previous test's load can leave a
+    stage's breaker open (serve.breaker.open_s) on a slow machine, and each stage then falls back at once;
+    the fault must be injected into a service that had settled."""
+    last: list[httpx.Response] = []
+
+    def settled() -> bool:
+        last[:] = [ask(service)]
+        statuses = stage_statuses(last[0]).values()
+        return bool(statuses) and "error" not in statuses and "fallback" not in statuses
+
+    try:
+        wait_until(settled, within_s)
+    except AssertionError:
+        raise AssertionError(f"not healthy within {within_s:.0f}s before the fault: {last[0].text}") from None
+    return stage_statuses(last[0])
+
+
 def stage_status(out: httpx.Response, stage: str) -> str | None:
     return out.json()["stages"][stage]["status"] if out.status_code == 200 else None
 
@@ -202,8 +220,7 @@ def test_killed_replica_is_replaced_while_loaded(service: dict[str, Any], deploy
 
     actors = replica_actors(deployment)
     assert actors, f"no replica actor found for {deployment}"
-    healthy = stage_statuses(ask(service))
-    assert "error" not in healthy.values() and "fallback" not in healthy.values(), healthy
+    healthy = settled_statuses(service)
     with LoadLoop(service["url"]) as load:
         time.sleep(3)
         killed_at = time.monotonic()
