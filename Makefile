@@ -70,7 +70,7 @@ test-eval: setup system-deps
 # and yields when they need it. Its output goes to $(GATE_LOG), printed when it ends.
 SERIAL_TIERS := lint test-unit test-integration
 GATE_LOG := .ragc/test-eval.log
-GATE_NICE ?= 10
+GATE_NICE ?= 19
 test: setup system-deps
 	@mkdir -p .ragc; failed=""; \
 	echo "test-eval: running beside the other tiers (nice $(GATE_NICE)), log in $(GATE_LOG)"; \

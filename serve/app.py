@@ -36,7 +36,7 @@ STAGE_CLASSES: dict[str, type[BindableStage]] = {
 
 
 def deployment_options(name: str, d: DeploymentConfig) -> dict[str, Any]:
-    return {
+    options: dict[str, Any] = {
         "name": name,
         "autoscaling_config": {
             "min_replicas": d.min_replicas,
@@ -55,6 +55,9 @@ def deployment_options(name: str, d: DeploymentConfig) -> dict[str, Any]:
         "health_check_period_s": d.health_check_period_s,
         "health_check_timeout_s": d.health_check_timeout_s,
     }
+    if d.max_replicas_per_node is not None:  # Serve's own default: no limit
+        options["max_replicas_per_node"] = d.max_replicas_per_node
+    return options
 
 
 class HandleRewriter:

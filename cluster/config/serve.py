@@ -33,6 +33,12 @@ class DeploymentConfig(Section):
     )
     num_cpus: float = Field(default=0.0, ge=0, description="CPUs reserved per replica (0 shares the node)")
     num_gpus: float = Field(default=0.0, ge=0)
+    max_replicas_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most this many replicas on one node (None: no limit); with min_replicas 2 and 1 here, "
+        "losing a node never takes the stage's last replica",
+    )
     health_check_period_s: float = Field(default=10.0, gt=0)
     health_check_timeout_s: float = Field(default=30.0, gt=0)
     upscale_delay_s: float = Field(default=3.0, ge=0)

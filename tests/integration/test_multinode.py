@@ -215,7 +215,14 @@ def scaling_app(
     app_cfg.serve.deployments["rerank"] = DeploymentConfig(
         max_replicas=3, target_ongoing_requests=1, num_cpus=1, **quick
     )
-    app_cfg.serve.deployments["retrieve"] = DeploymentConfig(max_replicas=3, target_ongoing_requests=8, **quick)
+    # two ingress and two retrieval replicas on separate nodes, as a cluster that must survive a node runs them:
+    # a lost worker takes at most one of each (with one, its loss stopped every answer until the replica was
+    # rescheduled: 408 refusals against 25 answers in a CI run on a slow machine)
+    spread = {"min_replicas": 2, "max_replicas_per_node": 1}
+    app_cfg.serve.deployments["retrieve"] = DeploymentConfig(
+        max_replicas=3, target_ongoing_requests=8, **spread, **quick
+    )
+    app_cfg.serve.deployments["ingress"] = app_cfg.serve.deployments["ingress"].model_copy(update=spread)
     port = free_port()
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(app_cfg), name="scaling", route_prefix="/", blocking=False)
@@ -269,7 +276,7 @@ def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app
 
     assert max(r for _, r, _ in timeline) == 3, "rerank went from one replica to its maximum under the load"
     assert timeline[-1][1] == 1, "and back to one after the load stopped"
-    assert max(r for _, _, r in timeline) == 1, "retrieval, far below its target, never scaled with rerank"
+    assert {r for _, _, r in timeline} == {2}, "retrieval, far below its target, stayed at its minimum of two"
     statuses = [(code, rerank) for _, code, rerank in answered(load)]
     assert statuses and all(code == 200 for code, _ in statuses), statuses
     assert sum(rerank == "ok" for _, rerank in statuses) > len(statuses) / 2, statuses

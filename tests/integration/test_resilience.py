@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 APP = "resilience"
 KEY = {"Authorization": "Bearer key-r"}
 DEADLINE_S = 20.0
+MAX_RETRY_AFTER_S = 5.0  # the load loop waits a refusal's Retry-After, at most this long
 QUESTIONS = (
     "How are tenants kept apart?",
     "What happens when a document is edited?",
@@ -65,7 +66,8 @@ def lost_replica(o: Outcome) -> bool:
 
 
 class LoadLoop:
-    """`workers` threads asking in a closed loop until stopped (bounded: at most `max_requests`)."""
+    """`workers` threads asking in a closed loop until stopped (bounded: at most `max_requests`); each waits
+    out a refusal's Retry-After, as the service asks its clients to."""
 
     def __init__(self, url: str, workers: int = 3, max_requests: int = 2000) -> None:
         self.url, self.workers, self.max_requests = url, workers, max_requests
@@ -93,6 +95,8 @@ class LoadLoop:
                     parsed, status = {"error": f"client: {exc!r}"}, 0
                 with self._lock:
                     self.outcomes.append(Outcome(started, time.monotonic() - started, status, parsed, retry_after))
+                if retry_after is not None:  # as a well-behaved client: a refusal is not retried at once
+                    self._stop.wait(min(float(retry_after), MAX_RETRY_AFTER_S))
 
     def __enter__(self) -> LoadLoop:
         self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(self.workers)]
