@@ -17,7 +17,7 @@ from serve.stages.rerank import RerankStage
 from serve.stages.retrieve import RetrieveStage
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import SynthesizeStage
-from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
+from serve.types import AnswerContext, Merged, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
 
 class BindableStage(Protocol):
@@ -84,6 +84,9 @@ class HandleRetriever:
 
     async def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
         return await self._handle.neighbours.remote(tenant, passages, window)
+
+    async def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
+        return await self._handle.merged.remote(tenant, passages, min_siblings, max_chars)
 
     async def index_version(self) -> int:
         return await self._handle.index_version.remote()

@@ -159,6 +159,8 @@ class QueryPipeline:
             switches.append(f"neighbours={request.neighbours}")
         if request.multi_query is not None:
             switches.append(f"multi_query={request.multi_query}")
+        if request.merge_siblings is not None:
+            switches.append(f"merge_siblings={request.merge_siblings}")
         return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version)
 
     def mode(self, request: QueryRequest) -> ResponseMode:
@@ -329,8 +331,13 @@ class QueryPipeline:
             )
 
         mode = self.mode(request)
+        siblings = cfg.synthesize.merge_siblings if request.merge_siblings is None else request.merge_siblings
+        sections: dict[str, str] = {}
+        if siblings:
+            passages, sections = await self._merged(tenant, passages, siblings, report)
         window = cfg.synthesize.neighbours if request.neighbours is None else request.neighbours
         widened = await self._widened(tenant, passages, window, report) if window and mode != "no_text" else {}
+        widened |= sections  # a passage that reads its section whole needs no window
         reader = [replace(p, text=widened[p.chunk_id]) if p.chunk_id in widened else p for p in passages]
 
         started = time.perf_counter()
@@ -399,6 +406,27 @@ class QueryPipeline:
                 await emit("reset", {"reason": "generation failed; the extractive answer follows"})
             await emit_tokens(synthesis.answer, emit)
         return respond(synthesis)
+
+    async def _merged(
+        self, tenant: str, passages: list[Passage], siblings: int, report: Callable[..., Awaitable[None]]
+    ) -> tuple[list[Passage], dict[str, str]]:
+        """The passages after auto-merging, and chunk_id -> the section each merged one reads; on failure, the
+        passages as they were."""
+        started = time.perf_counter()
+        cfg = self._cfg
+        try:
+            merged = await call_stage(
+                "merge",
+                lambda: self._stages.retriever.merged(tenant, passages, siblings, cfg.synthesize.merge_max_chars),
+                cfg.retrieve.timeout_s,
+            )
+        except StageFailure as failure:
+            await report("merge", "fallback", started, f"the passages as retrieved: {failure.reason}")
+            return passages, {}
+        whole = len(merged.contexts)
+        detail = f"{whole} section(s) read whole in place of {whole + merged.folded} passages"
+        await report("merge", "ok", started, detail)
+        return merged.passages, merged.contexts
 
     async def _widened(
         self, tenant: str, passages: list[Passage], window: int, report: Callable[..., Awaitable[None]]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cluster.config import ResponseMode
-from serve.types import AnswerContext, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
+from serve.types import AnswerContext, Merged, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
 
 
 class Rewriter(Protocol):
@@ -30,6 +30,10 @@ class Retriever(Protocol):
 
     async def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
         """chunk_id -> the passage's text widened with `window` chunks of its document on each side."""
+        ...
+
+    async def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
+        """The passages with each section `min_siblings` or more of them come from read whole (serve/merging.py)."""
         ...
 
     async def index_version(self) -> int:

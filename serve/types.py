@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cluster.config import MAX_NEIGHBOURS
+from cluster.config import MAX_NEIGHBOURS, MergeSiblings
 
 StageStatusName = Literal["ok", "fallback", "skipped", "cached", "error"]  # what a query stage did
 CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off"]  # what the cache lookup found
@@ -97,6 +97,15 @@ class Reranked:
         return bool(self.top_scores)
 
 
+@dataclass(frozen=True)
+class Merged:
+    """Auto-merging's outcome (serve/merging.py)."""
+
+    passages: list[Passage]  # in their order, each merged section's later passages left out
+    contexts: dict[str, str] = field(default_factory=dict)  # chunk_id of each section's first passage -> section
+    folded: int = 0  # passages left out: their text is in a merged section
+
+
 @dataclass
 class RewriteResult:
     query: str
@@ -172,6 +181,11 @@ class QueryRequest(BaseModel):
         description="chunks of the same document on each side of a passage that the answer reads with it "
         "(default: serve.synthesize.neighbours)",
     )
+    merge_siblings: MergeSiblings | None = Field(
+        default=None,
+        description="when at least this many passages come from one section of a document, the answer reads "
+        "the section whole in place of them (default: serve.synthesize.merge_siblings; 0 = off)",
+    )
     mode: str | None = Field(
         default=None,
         description="response mode: compact, refine, tree_summarize, accumulate or no_text (retrieval only); "
@@ -210,8 +224,8 @@ class PassageOut(BaseModel):
     dense_score: float | None = Field(description="cosine of the question and the chunk")
     context: str | None = Field(
         default=None,
-        description="the passage widened with its neighbouring chunks, which the answer read (neighbours > 0); "
-        "null: the answer read `text`",
+        description="what the answer read for this passage: its section whole (merge_siblings), or the passage "
+        "widened with its neighbouring chunks (neighbours > 0); null: the answer read `text`",
     )
 
 
@@ -255,7 +269,8 @@ class QueryResponse(BaseModel):
         "extractive answer quotes its passages"
     )
     stages: dict[str, StageStatus] = Field(
-        description="cache, rewrite, retrieve, rerank, answerability, neighbours (when asked for), synthesize, in order"
+        description="cache, rewrite, retrieve, rerank, answerability, merge and neighbours (when asked for), "
+        "synthesize, in order"
     )
     index_version: int
     request_id: str

@@ -159,6 +159,20 @@ class FakeStages:
         await self._enter("neighbours")
         return {p.chunk_id: f"{p.text} (+{window})" for p in passages}
 
+    async def merged(self, tenant, passages, min_siblings, max_chars):  # type: ignore[no-untyped-def]
+        """Passages of one document (`doc_id`) with `min_siblings` or more in the list merge: the first reads
+        "<its text> (section of N)" and the others leave the list."""
+        from serve.types import Merged
+
+        await self._enter("merged")
+        by_doc: dict = {}
+        for p in passages:
+            by_doc.setdefault(p.doc_id, []).append(p)
+        groups = [found for found in by_doc.values() if len(found) >= min_siblings]
+        folded = {p.chunk_id for found in groups for p in found[1:]}
+        contexts = {found[0].chunk_id: f"{found[0].text} (section of {len(found)})" for found in groups}
+        return Merged([p for p in passages if p.chunk_id not in folded], contexts, len(folded))
+
     async def embed(self, text):  # type: ignore[no-untyped-def]
         await self._enter("embed")
         return HashEmbedder(dim=16).embed([text])[0]

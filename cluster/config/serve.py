@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from cluster.config.base import SecretRef, Section
 
@@ -292,6 +292,15 @@ RESPONSE_MODES: tuple[ResponseMode, ...] = ("compact", "refine", "tree_summarize
 MAX_NEIGHBOURS = 3  # chunks on each side of a passage: beyond a few, a window is the whole document
 
 
+def _off_or_two_or_more(value: int) -> int:
+    if value == 1:
+        raise ValueError("merge_siblings is 0 (off) or 2 or more: a lone passage has no siblings to merge with")
+    return value
+
+
+MergeSiblings = Annotated[int, Field(ge=0), AfterValidator(_off_or_two_or_more)]
+
+
 class SynthesizeConfig(Section):
     response_mode: ResponseMode = Field(
         default="compact",
@@ -329,6 +338,18 @@ class SynthesizeConfig(Section):
         le=MAX_NEIGHBOURS,
         description="chunks of the same document on each side of a passage that the answer reads with it (one "
         "Milvus query; the citation stays the passage); 0 = the passages alone",
+    )
+    merge_siblings: MergeSiblings = Field(
+        default=0,
+        description="when at least this many passages (2 or more) come from one section of one document, the "
+        "answer reads the section whole in place of them (one Milvus query; the first keeps its rank and is "
+        "cited, the others leave the list); 0 = off",
+    )
+    merge_max_chars: int = Field(
+        default=3000,
+        gt=0,
+        description="a merged section longer than this is read from its first to its last retrieved passage, "
+        "and not merged when that is longer too",
     )
     passage_max_chars: int = Field(default=900, gt=0, description="characters of each passage in the prompt")
     passage_excerpt_chars: int | None = Field(

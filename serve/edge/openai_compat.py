@@ -3,8 +3,8 @@ the `QueryResponse` becomes a `chat.completion` (or its stream of `chat.completi
 
 Plain OpenAI clients read `choices[0].message.content`; everything RAG-specific (citations, passages, stages,
 `abstained`, `grounded`) travels in the `ragc` extension field of the response and of the last stream chunk,
-and the request takes the same extension (filters, top_k, rewrite, hyde, rerank, neighbours, multi_query)
-as `extra_body={"ragc": ...}`.
+and the request takes the same extension (filters, top_k, rewrite, hyde, rerank, neighbours, merge_siblings,
+multi_query) as `extra_body={"ragc": ...}`.
 Models name the response mode: `ragc` is the configured default, `ragc-<mode>` each allowed mode.
 
 A stream sends the answer's text only once it passed the answer check: OpenAI's stream format cannot take
@@ -73,6 +73,7 @@ class RagcOptions(BaseModel):
     hyde: bool | None = None
     rerank: bool | None = None
     neighbours: int | None = None
+    merge_siblings: int | None = None
     multi_query: bool | None = None
 
 

@@ -29,9 +29,10 @@ from cluster.store.expr import all_of, eq
 from cluster.store.schema import ChunkFields
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
+from serve.merging import merge, section_expr, sibling_groups
 from serve.neighbours import widen, window_expr
 from serve.tracing import span
-from serve.types import Passage, RetrievalResult
+from serve.types import Merged, Passage, RetrievalResult
 
 logger = logging.getLogger(__name__)
 ARMS = ("dense", "bm25")
@@ -355,6 +356,21 @@ class HybridRetriever:
         )
         return widen(passages, chunks, window)
 
+    def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
+        """The passages with each section that `min_siblings` or more of them come from read whole
+        (serve/merging.py); one query for every such section, none when there is none."""
+        sections = sibling_groups(passages, min_siblings)
+        if not sections:
+            return Merged(list(passages))
+        self._ready_embedder()  # connected, and the collection is there
+        chunks = self._client.query(
+            self._cfg.milvus.collection,
+            filter=section_expr(tenant, list(sections)),
+            output_fields=[ChunkFields.DOC_ID, ChunkFields.SECTION, ChunkFields.CHUNK_INDEX, ChunkFields.TEXT],
+            timeout=self._rcfg.search_timeout_s,
+        )
+        return merge(passages, chunks, min_siblings, max_chars)
+
     def _submit_arm(self, arm: str, tenant: str, search: Callable[..., list[list[Passage]]], *args: Any) -> Future[Any]:
         """One arm's search on the pool, in a span of the current trace (pool threads do not inherit it)."""
 
@@ -441,6 +457,9 @@ class RetrieveStage(FaultHooks):
 
     async def neighbours(self, tenant: str, passages: list[Passage], window: int) -> dict[str, str]:
         return await asyncio.to_thread(self._retriever.neighbours, tenant, passages, window)
+
+    async def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
+        return await asyncio.to_thread(self._retriever.merged, tenant, passages, min_siblings, max_chars)
 
     async def index_version(self) -> int:
         """Fresh from the catalog: the ingress already caches it for `index_version_ttl_s`."""

@@ -291,6 +291,45 @@ def test_the_answer_reads_each_passage_with_its_neighbouring_chunks(service: dic
     assert refused.status_code == 400 and "neighbours" in refused.text, refused.text
 
 
+def test_passages_of_one_section_are_read_as_their_section_whole(service: dict[str, Any]) -> None:
+    """`merge_siblings: 2` over HTTP: one Milvus query reads each section two or more passages come from
+    (checked against the collection); the first of them keeps its rank and carries the section, the others
+    leave the list, and every citation points at a passage returned."""
+    from cluster.store.client import connect
+    from cluster.store.expr import eq
+
+    question = {"query": "What happens when a document is edited?", "top_k": 5}
+    plain = ask(service, question).json()
+    by_section: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in plain["passages"]:
+        by_section.setdefault((p["doc_id"], p["section"]), []).append(p)
+    groups = {key: found for key, found in by_section.items() if len(found) >= 2}
+    assert groups, "the question's passages include two chunks of one section (128-token chunks)"
+    response = ask(service, question | {"merge_siblings": 2})
+    assert response.status_code == 200, response.text
+    out = response.json()
+    assert out["stages"]["merge"]["status"] == "ok" and "merge" not in plain["stages"]
+    folded = {p["chunk_id"] for found in groups.values() for p in found[1:]}
+    assert [p["chunk_id"] for p in out["passages"]] == [
+        p["chunk_id"] for p in plain["passages"] if p["chunk_id"] not in folded
+    ]
+    client, collection = connect(service["cfg"]), service["cfg"].milvus.collection
+    for (doc, section), found in groups.items():
+        first = next(p for p in out["passages"] if p["chunk_id"] == found[0]["chunk_id"])
+        rows = client.query(
+            collection,
+            filter=f"{eq('doc_id', doc)} and {eq('section', section)} and {eq('tenant_id', 'alpha')}",
+            output_fields=["chunk_index", "text"],
+        )
+        context = " ".join(first["context"].split())
+        for row in sorted(rows, key=lambda r: r["chunk_index"]):  # every chunk of the section, each once
+            assert " ".join(row["text"].split()[-6:]) in context, (row, first["context"])
+        assert first["text"] in first["context"]
+    assert {c["chunk_id"] for c in out["citations"]} <= {p["chunk_id"] for p in out["passages"]}
+    refused = ask(service, question | {"merge_siblings": 1})
+    assert refused.status_code == 400 and "merge_siblings" in refused.text, refused.text
+
+
 def test_paraphrases_are_searched_in_the_tenant_and_fused_below_the_question(service: dict[str, Any]) -> None:
     """Multi-query on real Milvus: a paraphrase brings in what it finds, inside the tenant and its filters,
     and the question's own lists keep the lead."""
