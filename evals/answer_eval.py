@@ -60,6 +60,7 @@ class QuestionResult:
     detail: str
     total_ms: float
     arms: dict[str, ArmAnswer] = field(default_factory=dict)
+    merged_sections: int = 0  # passages returned that read their section whole (merge_siblings, neighbours off)
 
 
 def fallback_kind(detail: str) -> str:
@@ -189,6 +190,7 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
         "fallback_reasons": {k: fallbacks.count(k) for k in sorted(set(fallbacks))},
         "llm_served": sum(r.synthesize == "ok" for r in answered),  # the LLM's answer passed and was served
         "retried": sum("strict retry" in r.detail for r in answered),
+        "answers_reading_a_merged_section": sum(r.merged_sections > 0 for r in answered),
         **{k: served.get(k) for k in ("token_f1", "rouge_l", "gold_citation_rate", "supported_claim_rate")},
         "degenerate_rate": served.get("degenerate_rate"),
         "grounded_failing_check": served.get("grounded_failing_check"),
@@ -207,14 +209,18 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
 def result_of(
     question: AnswerQuestion, served: Served, elapsed_ms: float, arms: dict[str, ArmAnswer]
 ) -> QuestionResult:
-    synth = served.response.stages.get("synthesize")
+    response = served.response
+    synth = response.stages.get("synthesize")
+    merge = response.stages.get("merge")
+    merged = merge is not None and merge.status == "ok" and "neighbours" not in response.stages
     return QuestionResult(
         question,
-        served.response.abstained,
+        response.abstained,
         synth.status if synth else "missing",
         (synth.detail or "") if synth else "",
         elapsed_ms,
         arms,
+        sum(p.context is not None for p in response.passages) if merged else 0,
     )
 
 

@@ -29,16 +29,18 @@ def question(qid: str, gold: str = "d2", unanswerable: bool = False) -> AnswerQu
     )
 
 
-def service(replies: list[str], found: list[Passage]) -> tuple[PipelineService, RagcConfig]:
-    cfg = RagcConfig()
+def service(replies: list[str], found: list[Passage], merge_siblings: int = 0) -> tuple[PipelineService, RagcConfig]:
+    cfg = RagcConfig.model_validate({"serve": {"synthesize": {"merge_siblings": merge_siblings}}})
     fake = FakeStages(found)
     support = EmbeddingSupport(HashEmbedder(dim=512))
     synthesize = SynthesizeStage(**SynthesizeStage.tree_args(cfg), llm=ScriptedGenerator(replies), support=support)
     return PipelineService(cfg.serve, Stages(fake, fake, fake, synthesize), "t1"), cfg
 
 
-def run(replies: list[str], questions: list[AnswerQuestion], found: list[Passage] | None = None):  # type: ignore[no-untyped-def]
-    svc, cfg = service(replies, passages() if found is None else found)
+def run(
+    replies: list[str], questions: list[AnswerQuestion], found: list[Passage] | None = None, merge_siblings: int = 0
+):  # type: ignore[no-untyped-def]
+    svc, cfg = service(replies, passages() if found is None else found, merge_siblings)
     judge = Judge(EmbeddingSupport(HashEmbedder(dim=512)), cfg.serve.synthesize.check.min_support)
     try:
         return evaluate(svc, questions, cfg, AnswerEvalRequest(dataset=None), judge, "t1")  # type: ignore[arg-type]
@@ -87,6 +89,13 @@ def test_abstained_questions_count_for_the_unanswerable_and_against_the_answerab
     assert summary["abstained"] == 2 and summary["abstention_rate_unanswerable"] == 1.0
     assert summary["false_abstention_rate"] == 1.0
     assert summary["arms"]["served"] is None  # nothing was answered: no arm has an answer to score
+
+
+def test_the_summary_counts_the_answers_that_read_a_merged_section() -> None:
+    siblings = [*passages(), Passage("c3", "d0", "t1", "Passage 3 says the same of d0.", title="T0")]
+    merged = summarize(run([SUPPORTED], [question("q")], siblings, merge_siblings=2), 1.0)
+    plain = summarize(run([SUPPORTED], [question("q")], siblings), 1.0)
+    assert merged["answers_reading_a_merged_section"] == 1 and plain["answers_reading_a_merged_section"] == 0
 
 
 def test_fallback_kinds() -> None:
