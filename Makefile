@@ -57,8 +57,10 @@ lint: setup
 test-unit: setup
 	$(PYTEST) tests/unit -q $(OK5)
 
+# Ray starts its workers at nice 15 by default (RAY_worker_niceness): the replicas under test would then yield
+# to the driver's load loops and, beside `make test`'s gate, be starved by it. At 0 they have the driver's share.
 test-integration: setup system-deps
-	$(PYTEST) tests/integration -q -p no:logging $(OK5)
+	RAY_worker_niceness=0 $(PYTEST) tests/integration -q -p no:logging $(OK5)
 
 # The quality gate: SciFact embedded once (~10 min on 2 cores), our reranker trained, every pipeline scored.
 test-eval: setup system-deps
@@ -66,8 +68,10 @@ test-eval: setup system-deps
 
 # Every tier runs even when an earlier one fails, so one CI run reports every failure.
 # The quality gate (CPU-bound for ~45 min on 2 cores) runs beside the other tiers, which leave about half
-# the CPU idle while they wait on servers, replicas and timeouts: at nice $(GATE_NICE) it takes what they leave
-# and yields when they need it. Its output goes to $(GATE_LOG), printed when it ends.
+# the CPU idle while they wait on servers, replicas and timeouts: at nice $(GATE_NICE), its Ray workers too, it
+# takes what they leave and yields when they need it (at nice 10 its in-process scoring and LLM outranked the
+# integration tier's replicas, which Ray had started at nice 15). Its output goes to $(GATE_LOG), printed
+# when it ends.
 SERIAL_TIERS := lint test-unit test-integration
 GATE_LOG := .ragc/test-eval.log
 GATE_NICE ?= 19
