@@ -228,6 +228,8 @@ def scaling_app(
     serve.run(build_app(app_cfg), name="scaling", route_prefix="/", blocking=False)
     base = f"http://127.0.0.1:{port}"
     wait_for_http(base + "/readyz", timeout_s=300)
+    for stage in ("ingress", "retrieve"):  # ready takes one of each; the tests start from both
+        wait_for_replicas(stage, lambda n: n == 2, timeout_s=180)
     yield base
     serve.shutdown()
 
