@@ -7,6 +7,7 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,34 @@ def make_config(milvus: dict[str, Any], redis: dict[str, Any] | None, state_dir:
 
 
 @pytest.fixture
-def cfg(milvus_server: dict[str, Any], redis_server: dict[str, Any], tmp_path: Path, ray_session: int) -> RagcConfig:
-    """A fresh collection alias and an empty Redis per test, on the shared servers."""
+def cfg(
+    milvus_server: dict[str, Any], redis_server: dict[str, Any], tmp_path: Path, ray_session: int
+) -> Iterator[RagcConfig]:
+    """A fresh collection alias and an empty Redis per test, on the shared servers; the test's collections
+    are dropped after it."""
     import redis
 
     redis.Redis.from_url(redis_server["url"]).flushdb()
-    return make_config(milvus_server, redis_server, tmp_path / "state")
+    made = make_config(milvus_server, redis_server, tmp_path / "state")
+    yield made
+    drop_collections(made)
+
+
+def drop_collections(cfg: RagcConfig) -> None:
+    """Every collection under the config's alias (generations and their ledgers) and the alias itself. Left
+    behind, they stay loaded in the session's milvus-lite server: late in the tier it held dozens, and the
+    reindex-under-load test's searches missed their deadlines there, never when run alone."""
+    from pymilvus import MilvusException
+
+    from cluster.store.client import connect
+
+    alias = cfg.milvus.collection
+    client = connect(cfg)
+    try:
+        with suppress(MilvusException):  # none when the test never wrote
+            client.drop_alias(alias)
+        for name in client.list_collections():
+            if name == alias or name.startswith(f"{alias}_"):
+                client.drop_collection(name)
+    finally:
+        client.close()
