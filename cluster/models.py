@@ -93,6 +93,15 @@ def pick_dtype(requested: str, device: str) -> str:
     return "bfloat16" if native_bf16(device) else "float32"
 
 
+def pick_llm_dtype(requested: str, device: str) -> str:
+    """The LLM engine's dtype. vLLM's `auto` takes the checkpoint's (bfloat16 for the packaged SmolLM2), which a
+    CPU without native bf16 emulates: there a prompt-sized matmul ran 9x slower than in float32 (ARCHITECTURE.md,
+    LLM tier). So `auto` on such a CPU is float32; elsewhere it stays vLLM's choice."""
+    if requested != "auto" or native_bf16(device):
+        return requested
+    return "float32"
+
+
 def pick_device(requested: str) -> str:
     if requested != "auto":
         return requested

@@ -390,7 +390,11 @@ class LLMEngineConfig(Section):
     )
     served_name: str | None = Field(default=None, description="name reported in responses; default: model")
     max_model_len: int = Field(default=2048, gt=0)
-    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        default="auto",
+        description="auto = the checkpoint's dtype, except float32 on a CPU without native bf16 (AMX / "
+        "AVX512-BF16), where bf16 matmuls are emulated",
+    )
     enforce_eager: bool = Field(default=True, description="skip graph capture/compilation (fast start on CPU)")
     max_num_seqs: int = Field(default=16, gt=0, description="sequences batched by the engine")
     kv_cache_gb: float = Field(default=1.0, gt=0, description="CPU only: VLLM_CPU_KVCACHE_SPACE")

@@ -13,6 +13,7 @@ from typing import Any
 
 from cluster.config import LLMEngineConfig, RagcConfig
 from cluster.llm_models import resolve_llm_path
+from cluster.models import pick_device, pick_llm_dtype
 from serve.faults import FaultHooks
 from serve.llm.generation import Generated, GenerationParams, Messages, Piece, collect
 from serve.llm.load import EngineLoad, LoadModel
@@ -54,7 +55,7 @@ class LLMEngine(FaultHooks):
             model=path,
             served_model_name=[self.model_name],
             max_model_len=ecfg.max_model_len,
-            dtype=ecfg.dtype,
+            dtype=pick_llm_dtype(ecfg.dtype, pick_device("auto")),
             enforce_eager=ecfg.enforce_eager,
             max_num_seqs=ecfg.max_num_seqs,
             tensor_parallel_size=ecfg.tensor_parallel_size,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 
 def test_available_cpus_honours_a_cgroup_quota(tmp_path: Path) -> None:
     from cluster.models import available_cpus
@@ -26,3 +28,14 @@ def test_bf16_only_where_it_is_native(tmp_path: Path) -> None:
     assert native_bf16("cpu", cpuinfo)
     assert native_bf16("cuda", tmp_path / "absent") and not native_bf16("cpu", tmp_path / "absent")
     assert pick_dtype("float32", "cuda") == "float32"  # an explicit choice is kept
+
+
+def test_the_llm_runs_in_float32_on_a_cpu_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cluster.models
+    from cluster.models import pick_llm_dtype
+
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: False)
+    assert pick_llm_dtype("auto", "cpu") == "float32"
+    assert pick_llm_dtype("bfloat16", "cpu") == "bfloat16"  # an explicit choice is kept
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: True)
+    assert pick_llm_dtype("auto", "cpu") == "auto"  # vLLM's choice: the checkpoint's dtype
