@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from cluster.config import EmbeddingConfig
+from cluster.config.serve import LLMDtype
 
 PACKAGED_PREFIX = "packaged:"
 # Registry packages that carry model weights (see ENVIRONMENT.md): name -> importable module.
@@ -93,7 +94,7 @@ def pick_dtype(requested: str, device: str) -> str:
     return "bfloat16" if native_bf16(device) else "float32"
 
 
-def pick_llm_dtype(requested: str, device: str) -> str:
+def pick_llm_dtype(requested: LLMDtype, device: str) -> LLMDtype:
     """The LLM engine's dtype. vLLM's `auto` takes the checkpoint's (bfloat16 for the packaged SmolLM2), which a
     CPU without native bf16 emulates: there a prompt-sized matmul ran 9x slower than in float32 (ARCHITECTURE.md,
     LLM tier). So `auto` on such a CPU is float32; elsewhere it stays vLLM's choice."""

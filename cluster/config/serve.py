@@ -380,6 +380,9 @@ def _llm_deployment() -> DeploymentConfig:
     return DeploymentConfig(max_replicas=1, target_ongoing_requests=8, max_ongoing_requests=32, num_cpus=1.0)
 
 
+LLMDtype = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]  # vLLM's own names
+
+
 class LLMEngineConfig(Section):
     """One vLLM engine, served by its own deployment `llm_<name>`."""
 
@@ -390,7 +393,7 @@ class LLMEngineConfig(Section):
     )
     served_name: str | None = Field(default=None, description="name reported in responses; default: model")
     max_model_len: int = Field(default=2048, gt=0)
-    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+    dtype: LLMDtype = Field(
         default="auto",
         description="auto = the checkpoint's dtype, except float32 on a CPU without native bf16 (AMX / "
         "AVX512-BF16), where bf16 matmuls are emulated",

@@ -123,12 +123,16 @@ def test_one_request_is_one_trace_across_deployments(service: dict[str, Any], ot
     wanted |= {"ragc.synthesize", "ragc.llm.generate"}
 
     def complete(spans: list[ReceivedSpan]) -> bool:
-        """Every wanted span is in, and every span's parent too (but the caller's): each process exports its own
-        batches, so the proxy's span may arrive after the replicas'."""
+        """Every wanted span is in, every span's parent too (but the caller's), and every generation's span (their
+        tokens add up to the response's): each process exports its own batches, so the proxy's span may arrive
+        after the replicas', and a second generation's after the first's."""
         ids = {s.span_id for s in spans}
-        return wanted <= {s.name for s in spans} and {s.parent_id for s in spans if s.parent_id not in ids} == {
-            caller_span
-        }
+        tokens = sum(s.attributes["ragc.completion_tokens"] for s in spans if s.name == "ragc.llm.generate")
+        return (
+            wanted <= {s.name for s in spans}
+            and {s.parent_id for s in spans if s.parent_id not in ids} == {caller_span}
+            and tokens == out["usage"]["completion_tokens"]
+        )
 
     deadline = time.monotonic() + 90  # the processes export in batches (every 5 s)
     while time.monotonic() < deadline and not complete(otlp_receiver.trace(trace_id)):

@@ -280,7 +280,8 @@ def test_the_expensive_stage_scales_out_under_load_and_back_in_after(scaling_app
     assert timeline[-1][1] == 1, "and back to one after the load stopped"
     assert {r for _, _, r in timeline} == {2}, "retrieval, far below its target, stayed at its minimum of two"
     statuses = [(code, rerank) for _, code, rerank in answered(load)]
-    assert statuses and all(code == 200 for code, _ in statuses), statuses
+    refused = [(round(o.started - started, 1), o.status, o.body) for o in load.outcomes if o.status != 200]
+    assert statuses and not refused, (len(statuses), refused[:5], timeline)
     assert sum(rerank == "ok" for _, rerank in statuses) > len(statuses) / 2, statuses
 
 
