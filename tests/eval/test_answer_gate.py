@@ -16,11 +16,12 @@ import pytest
 
 from tests.eval.conftest import SHARED, RagcCli, make_cli
 
-# two slices of 20 questions: ~5 s each on 2 cores, plus INSCIT's corpus (~1 min) and two engine starts; it runs
-# after the SciFact gate (tests/eval/conftest.py), whose collection it reuses
+# two slices of 10 questions (`--limit 10` takes every other question of the 20-question slices measured in the README):
+# ~12 s each on 2 cores with the strict retry, plus INSCIT's corpus and two engine starts (~1 min each): ~6 min in all,
+# the budget issue #15 set. It runs after the SciFact gate (tests/eval/conftest.py), whose collection it reuses
 pytestmark = [pytest.mark.eval, pytest.mark.timeout(2400)]
 
-SLICE = "20"
+SLICE = "10"
 DATASETS = ("inscit", "scifact")
 # The gate measures what the model writes, not how fast: under the service's 25 s the slice would depend on
 # the CI machine's speed and on the tiers running beside it (an answer takes ~5 s alone on 2 cores).
@@ -77,8 +78,9 @@ def test_the_llm_answer_is_served_where_it_passes(answers: dict[str, dict[str, A
 @pytest.mark.xfail(
     strict=True,
     reason="issue #15: the packaged 135M model's answers that pass the check cite one passage of the one or two "
-    "that fit the CPU prompt budget, where the extractive answer cites three: on the slices served 24/37 against "
-    "extractive 28/37 (INSCIT 13/17 against 15/17, SciFact 11/20 against 13/20). Strict: passing means drop this mark.",
+    "that fit the CPU prompt budget, where the extractive answer cites three: on the 20-question slices served 23/37 "
+    "against extractive 28/37 (fp32, 2026-12-04), on their 10-question halves that CI runs 11/18 against 14/18. "
+    "Strict: passing means drop this mark.",
 )
 def test_served_answers_cite_gold_at_least_as_often_as_extractive_ones(answers: dict[str, dict[str, Any]]) -> None:
     """Over both slices: a question where the served answer is the extractive one counts the same in both arms,
