@@ -212,7 +212,11 @@ class RerankConfig(Section):
         "the slowest 5% waited a third 9 s batch), else 4 (several threads or a GPU use a bigger pass better)",
     )
     batch_wait_timeout_s: float = Field(default=0.01, ge=0)
-    depth: int = Field(default=30, gt=0, description="fused candidates the cross-encoder scores")
+    depth: int = Field(
+        default=20,
+        gt=0,
+        description="fused candidates the cross-encoder scores (measured against 10-30: README, Rerank depth)",
+    )
     num_threads: int = Field(
         default=0,
         ge=0,
