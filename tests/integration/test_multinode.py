@@ -188,9 +188,9 @@ def scaling_app(
     redis_server: dict[str, Any],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
-    """Rerank is the expensive stage (a MiniLM cross-encoder over 30 pairs per question, about 1.5 s on
-    these cores) and may take 3 replicas at one request each; retrieval may take 3 at eight each. Both
-    react within seconds (a 5 s look-back) so the test sees both directions."""
+    """Rerank is the expensive stage (a MiniLM cross-encoder over `serve.rerank.depth` pairs per question, 20
+    by default; 30 took about 1.5 s on these cores) and may take 3 replicas at one request each; retrieval
+    may take 3 at eight each. Both react within seconds (a 5 s look-back) so the test sees both directions."""
     from ray import serve
 
     from local.cluster import DEMO_CORPUS
