@@ -3,12 +3,14 @@ already exist (the chunk collection itself, then the shared cache), the model on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from cluster.config import RagcConfig
+from cluster.config import IngestConfig, RagcConfig
 from cluster.embedding_cache import EmbeddingCache, open_embedding_cache
 from cluster.models import Embedder, SentenceTransformerEmbedder
 from cluster.ray_runtime import node_name
@@ -18,6 +20,35 @@ from cluster.store.schema import ChunkFields
 
 Batch = dict[str, np.ndarray]
 EMBEDDED_ON = "embedded_on"  # the Ray node whose actor resolved the row: the job's spread across nodes
+
+
+@dataclass(frozen=True)
+class EmbedPool:
+    """The embedding actor pool of one job: its size bounds, and what each actor reserves."""
+
+    min_size: int
+    max_size: int
+    num_cpus: float
+    num_gpus: float | None
+    torch_threads: int  # 0: the embedding config's own setting
+
+
+def embed_pool(ingest: IngestConfig, cluster_cpus: int, cluster_gpus: float, rows: int) -> EmbedPool:
+    """One CPU actor per `embed_cpus_per_actor` CPUs, each on that many torch threads (two single-threaded
+    models on 2 cores embedded 1.24x the chunks of one model on both), or one GPU actor per
+    `gpus_per_actor`; never more actors than the job has batches (each would load a model for nothing), and
+    then the CPUs left over go to the actors' threads. A configured `embed_actors_max` is taken as it is."""
+    on_gpu = ingest.gpus_per_actor > 0
+    cpus = ingest.embed_cpus_per_actor
+    if ingest.embed_actors_max:
+        least, most = min(ingest.embed_actors_min, ingest.embed_actors_max), ingest.embed_actors_max
+    else:
+        fits = int(cluster_gpus / ingest.gpus_per_actor if on_gpu else cluster_cpus / cpus)
+        least = most = max(1, min(fits, math.ceil(rows / ingest.embed_batch_rows)))
+        cpus *= max(1, fits // most)  # fewer batches than CPUs: the actors share the idle ones
+    if on_gpu:
+        return EmbedPool(least, most, num_cpus=0, num_gpus=ingest.gpus_per_actor, torch_threads=0)
+    return EmbedPool(least, most, num_cpus=cpus, num_gpus=None, torch_threads=cpus)
 
 
 class VectorResolver:

@@ -11,7 +11,7 @@ from cluster.config import ChunkingConfig, RagcConfig
 from cluster.ray_runtime import ensure_ray
 from ingest_jobs.chunking import Chunker, model_tokenizer
 from ingest_jobs.documents import Failure, SourceDocument
-from ingest_jobs.embed_stage import ChunkEmbedder
+from ingest_jobs.embed_stage import ChunkEmbedder, embed_pool
 from ingest_jobs.loaders import ParseError, parse
 from ingest_jobs.sink import MilvusChunkSink, SinkStats
 
@@ -73,23 +73,35 @@ def embed_and_write(
             outcome.chunk_ids.setdefault(row["doc_id"], []).append(row["id"])
     if not outcome.chunk_ids:
         return outcome
-    gpus = cfg.ingest.gpus_per_actor
+    pool = embed_pool(
+        cfg.ingest,
+        cpus,
+        float(ray.cluster_resources().get("GPU", 0)),
+        sum(len(ids) for ids in outcome.chunk_ids.values()),
+    )
+    actor_cfg = cfg
+    if pool.torch_threads and not cfg.embedding.num_threads:
+        actor_cfg = cfg.model_copy(
+            update={"embedding": cfg.embedding.model_copy(update={"num_threads": pool.torch_threads})}
+        )
     sink = MilvusChunkSink(cfg.model_dump(mode="json"), collection)
     (
         chunked.map_batches(
             ChunkEmbedder,
             fn_constructor_kwargs={
-                "config": cfg.model_dump(mode="json"),
+                "config": actor_cfg.model_dump(mode="json"),
                 "collection": collection,
                 "reuse_from": reuse_from,
             },
+            # one batch in flight per actor: with the default 4 the first actor ready took every batch of a
+            # small job while the others loaded their models
             compute=ray.data.ActorPoolStrategy(
-                min_size=cfg.ingest.embed_actors_min, max_size=cfg.ingest.embed_actors_max
+                min_size=pool.min_size, max_size=pool.max_size, max_tasks_in_flight_per_actor=1
             ),
             batch_size=cfg.ingest.embed_batch_rows,
             batch_format="numpy",
-            num_gpus=gpus if gpus > 0 else None,
-            num_cpus=0 if gpus > 0 else 1,
+            num_gpus=pool.num_gpus,
+            num_cpus=pool.num_cpus,
             scheduling_strategy="SPREAD",  # one model per node before a second on any: a lost node costs less
         ).write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
     )

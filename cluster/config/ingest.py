@@ -30,8 +30,20 @@ class IngestConfig(Section):
         description="rows per embedding-actor call; the model sorts each call by length, "
         "so larger calls pad less (the model's own batch stays embedding.batch_size)",
     )
-    embed_actors_min: int = Field(default=1, ge=1)
-    embed_actors_max: int = Field(default=1, ge=1)
+    embed_actors_min: int = Field(default=1, ge=1, description="with embed_actors_max set: the pool's smallest size")
+    embed_actors_max: int = Field(
+        default=0,
+        ge=0,
+        description="the embedding actor pool's largest size; 0 = one actor per embed_cpus_per_actor CPUs of the "
+        "cluster (per GPU with gpus_per_actor), no more than the job has batches, all started at once",
+    )
+    embed_cpus_per_actor: int = Field(
+        default=1,
+        ge=1,
+        description="CPUs a CPU embedding actor reserves, and its torch threads when embedding.num_threads is 0: "
+        "one single-threaded model per core embeds more per CPU-second than one model on every core (README, "
+        "Ingestion)",
+    )
     gpus_per_actor: float = Field(default=0.0, ge=0, description="0 = CPU; 1 per actor on GPU nodes")
     upsert_batch_size: int = Field(default=256, gt=0, le=10000)
     max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
