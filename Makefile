@@ -68,7 +68,8 @@ test-eval: setup system-deps
 
 # Every tier runs even when an earlier one fails, so one CI run reports every failure.
 # The quality gate (CPU-bound for ~45 min on 2 cores) runs beside the other tiers, which leave about half
-# the CPU idle while they wait on servers, replicas and timeouts: at nice $(GATE_NICE), its Ray workers too, it
+# the CPU idle while they wait on servers, replicas and timeouts: at nice $(GATE_NICE), its Ray workers and its
+# sidecars' own sessions too (local/sidecars.py: keep_caller_priority), it
 # takes what they leave and yields when they need it (at nice 10 its in-process scoring and LLM outranked the
 # integration tier's replicas, which Ray had started at nice 15). Its output goes to $(GATE_LOG), printed
 # when it ends.

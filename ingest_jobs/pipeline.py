@@ -75,7 +75,7 @@ def embed_and_write(
         return outcome
     pool = embed_pool(
         cfg.ingest,
-        cpus,
+        [int(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node["Alive"]],
         float(ray.cluster_resources().get("GPU", 0)),
         sum(len(ids) for ids in outcome.chunk_ids.values()),
     )

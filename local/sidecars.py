@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -58,6 +59,18 @@ def process_alive(record: dict[str, Any] | None) -> bool:
         return False
 
 
+def keep_caller_priority(pid: int, proc_root: Path = Path("/proc")) -> None:
+    """A sidecar's new session is a new scheduler autogroup (Linux, `kernel.sched_autogroup_enabled`) whose
+    nice is 0 whatever the caller's, and `nice` ranks processes only within an autogroup: under `nice -n 19
+    make test-eval` the gate's milvus-lite competed at full weight with the integration tier beside it.
+    The sidecar's autogroup takes the caller's nice (nothing to do at 0, or where there are no autogroups)."""
+    niceness = os.nice(0)
+    if niceness <= 0:
+        return
+    with contextlib.suppress(OSError):
+        (proc_root / str(pid) / "autogroup").write_text(str(niceness), encoding="ascii")
+
+
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
@@ -70,6 +83,7 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None 
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
+    keep_caller_priority(proc.pid)
     started = psutil.Process(proc.pid).create_time()
     return {
         "pid": proc.pid,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from local.sidecars import START_TIME_SLACK_S, process_alive, spawn, stop
+from local.sidecars import START_TIME_SLACK_S, keep_caller_priority, process_alive, spawn, stop
 
 
 @pytest.fixture()
@@ -40,3 +40,16 @@ def test_a_stopped_sidecar_is_not_alive(sleeper: dict[str, Any]) -> None:
     assert stop(sleeper, timeout_s=5)
     assert not process_alive(sleeper)
     assert not stop(sleeper)
+
+
+@pytest.mark.parametrize(("caller_nice", "written"), [(19, "19"), (0, None)])
+def test_a_sidecar_session_keeps_its_callers_nice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller_nice: int, written: str | None
+) -> None:
+    """Its own session is its own autogroup, which would otherwise run at nice 0 beside a niced caller."""
+    (tmp_path / "4242").mkdir()
+    monkeypatch.setattr("local.sidecars.os.nice", lambda increment: caller_nice + increment)
+    keep_caller_priority(4242, proc_root=tmp_path)
+    autogroup = tmp_path / "4242" / "autogroup"
+    assert (autogroup.read_text() if autogroup.exists() else None) == written
+    keep_caller_priority(4243, proc_root=tmp_path)  # a process already gone (or no autogroups): nothing raised
