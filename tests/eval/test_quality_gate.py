@@ -23,7 +23,8 @@ OFF_DOMAIN_QUESTION = "Who won the 1966 FIFA World Cup final at Wembley?"
 
 @pytest.fixture(scope="session")
 def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]:
-    # embedding 6-16 min (954 s on the slowest CI-sim machine), mining ~2, training ~10-14 (5,272 pairs in fp32);
+    # embedding ~8.5 min alone on 2 slow cores (507 s: one 1-thread actor per core), mining ~2, training ~10-14
+    # (5,272 pairs in fp32);
     # beside the integration tier (`make test`) the embedding gets only the CPU that tier leaves idle
     return gate_cli("train-reranker", "--dataset", str(scifact), "--out", str(gate_dir / "reranker"), timeout=4200)
 
