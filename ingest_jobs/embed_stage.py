@@ -37,20 +37,23 @@ def embed_pool(ingest: IngestConfig, node_cpus: list[int], cluster_gpus: float, 
     """One CPU actor per `embed_cpus_per_actor` CPUs, each on that many torch threads (two single-threaded
     models on 2 cores embedded 1.24x the chunks of one model on both), or one GPU actor per
     `gpus_per_actor`; never more actors than the job has batches (each would load a model for nothing), and
-    then the CPUs left over go to the actors' threads, no more than one node has. `node_cpus`: the CPUs of
-    each node (a head may have none). A configured `embed_actors_max` is taken as it is."""
+    then the CPUs left over go to the actors' threads, up to one node's CPUs. An actor reserves only its
+    share, never the spare CPUs: replicas on the same cluster may hold them, and a reservation no node can
+    meet waits forever. `node_cpus`: each node's CPUs (a head may have none). A configured
+    `embed_actors_max` is taken as it is."""
     on_gpu = ingest.gpus_per_actor > 0
     widest = max([*node_cpus, 1])
     cpus = min(ingest.embed_cpus_per_actor, widest)
+    threads = cpus
     if ingest.embed_actors_max:
         least, most = min(ingest.embed_actors_min, ingest.embed_actors_max), ingest.embed_actors_max
     else:
         fits = int(cluster_gpus / ingest.gpus_per_actor) if on_gpu else sum(n // cpus for n in node_cpus)
         least = most = max(1, min(fits, math.ceil(rows / ingest.embed_batch_rows)))
-        cpus = min(widest, cpus * max(1, fits // most))  # fewer batches than CPUs: the actors share the idle ones
+        threads = min(widest, cpus * max(1, fits // most))  # fewer batches than CPUs: the spare ones as threads
     if on_gpu:
         return EmbedPool(least, most, num_cpus=0, num_gpus=ingest.gpus_per_actor, torch_threads=0)
-    return EmbedPool(least, most, num_cpus=cpus, num_gpus=None, torch_threads=cpus)
+    return EmbedPool(least, most, num_cpus=cpus, num_gpus=None, torch_threads=threads)
 
 
 class VectorResolver:

@@ -61,18 +61,18 @@ def test_a_collection_records_its_passage_template_and_vectors_are_reused_only_u
 def test_a_cpu_job_gets_one_single_threaded_actor_per_cpu_and_no_more_than_its_batches() -> None:
     ingest = IngestConfig()  # 512 rows per batch, one CPU per actor, pool size from the cluster
     assert embed_pool(ingest, node_cpus=[2], cluster_gpus=0, rows=9636) == EmbedPool(2, 2, 1, None, 1)
-    assert embed_pool(ingest, node_cpus=[8], cluster_gpus=0, rows=1500) == EmbedPool(3, 3, 2, None, 2)
-    # one batch: one model, on every CPU the job has
-    assert embed_pool(ingest, node_cpus=[2], cluster_gpus=0, rows=72) == EmbedPool(1, 1, 2, None, 2)
+    assert embed_pool(ingest, node_cpus=[8], cluster_gpus=0, rows=1500) == EmbedPool(3, 3, 1, None, 2)
+    # one batch: one model, threaded over every CPU of the node, reserving one
+    assert embed_pool(ingest, node_cpus=[2], cluster_gpus=0, rows=72) == EmbedPool(1, 1, 1, None, 2)
     wide = IngestConfig(embed_cpus_per_actor=4)
     assert embed_pool(wide, node_cpus=[16], cluster_gpus=0, rows=9636) == EmbedPool(4, 4, 4, None, 4)
 
 
 def test_an_actor_never_asks_for_more_cpus_than_one_node_has() -> None:
-    """A head with no CPUs and two 2-CPU workers: a one-batch job's actor takes one node's 2, not the
-    cluster's 4 (which no node could place: the job would wait forever)."""
+    """A head with no CPUs and two 2-CPU workers: a one-batch job's actor runs on one node's 2 threads, not
+    the cluster's 4, and reserves one CPU (a 4-CPU reservation no node could place: the job waited forever)."""
     ingest = IngestConfig()
-    assert embed_pool(ingest, node_cpus=[0, 2, 2], cluster_gpus=0, rows=72) == EmbedPool(1, 1, 2, None, 2)
+    assert embed_pool(ingest, node_cpus=[0, 2, 2], cluster_gpus=0, rows=72) == EmbedPool(1, 1, 1, None, 2)
     assert embed_pool(ingest, node_cpus=[0, 2, 2], cluster_gpus=0, rows=9636) == EmbedPool(4, 4, 1, None, 1)
     wide = IngestConfig(embed_cpus_per_actor=4)
     assert embed_pool(wide, node_cpus=[0, 2, 2], cluster_gpus=0, rows=9636) == EmbedPool(2, 2, 2, None, 2)
