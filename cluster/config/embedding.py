@@ -27,7 +27,7 @@ class EmbeddingConfig(Section):
     max_seq_length: int = Field(default=256, gt=0)
     normalize: bool = True
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+    dtype: Literal["auto", "float32", "bfloat16", "int8"] = Field(
         default="float32",
         description="weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else float32. fp32 "
         "by default: bf16 vectors vary with batch composition (ARCHITECTURE.md, Ingestion)",

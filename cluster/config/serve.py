@@ -233,10 +233,10 @@ class RerankConfig(Section):
     rrf_weight: float = Field(
         default=1.0, ge=0, description="the cross-encoder rank's weight in the fusion; the retrieval rank's is 1"
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+    dtype: Literal["auto", "float32", "bfloat16", "int8"] = Field(
         default="auto",
-        description="cross-encoder weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else "
-        "float32 (emulated bf16 is slower)",
+        description="cross-encoder precision; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), int8 on "
+        "other CPUs (dynamic quantization, one pair per pass), else float32",
     )
 
 

@@ -10,7 +10,17 @@ from typing import Any, Protocol
 from ray import serve
 
 from cluster.config import DeploymentConfig, EmbeddingConfig, RagcConfig, RerankConfig
-from cluster.models import Embedder, available_cpus, pick_device, pick_dtype, resolve_model_path, set_torch_threads
+from cluster.models import (
+    INT8,
+    Embedder,
+    available_cpus,
+    load_dtype,
+    pick_device,
+    pick_precision,
+    quantize_int8,
+    resolve_model_path,
+    set_torch_threads,
+)
 from serve.answerability import TOP_SCORES
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
@@ -18,6 +28,7 @@ from serve.rerank_domain import RerankDomain
 from serve.types import Passage, Reranked
 
 Pairs = list[tuple[str, str]]
+PREDICT_BATCH = 32  # sentence-transformers' own default
 
 
 class PairScorer(Protocol):
@@ -50,13 +61,18 @@ class CrossEncoderScorer:
         assert cfg.model is not None
         set_torch_threads(threads)
         device = pick_device("auto")
+        precision = pick_precision(cfg.dtype, device)
         self._model = CrossEncoder(
             resolve_model_path(cfg.model),
             num_labels=1,
             max_length=cfg.max_length,  # None: the length the model was trained and saved with
             device=device,
-            model_kwargs={"dtype": getattr(torch, pick_dtype(cfg.dtype, device))},
+            model_kwargs={"dtype": load_dtype(precision)},
         )
+        if precision == INT8:
+            quantize_int8(self._model.model)
+        # int8: one pair per pass, so a pair's score never depends on its batchmates (quantize_int8)
+        self._batch_size = 1 if precision == INT8 else PREDICT_BATCH
         self._identity = torch.nn.Identity()
 
     def score(self, pairs: Pairs) -> list[float]:
@@ -66,6 +82,7 @@ class CrossEncoderScorer:
         order = sorted(range(len(pairs)), key=lambda n: len(pairs[n][0]) + len(pairs[n][1]))
         scores = self._model.predict(
             [pairs[n] for n in order],
+            batch_size=self._batch_size,
             show_progress_bar=False,
             convert_to_numpy=True,
             activation_fn=self._identity,  # raw logits: a sigmoid would squeeze bf16 scores into ties

@@ -39,3 +39,38 @@ def test_the_llm_runs_in_float32_on_a_cpu_without_native_bf16(monkeypatch: pytes
     assert pick_llm_dtype("bfloat16", "cpu") == "bfloat16"  # an explicit choice is kept
     monkeypatch.setattr(cluster.models, "native_bf16", lambda device: True)
     assert pick_llm_dtype("auto", "cpu") == "auto"  # vLLM's choice: the checkpoint's dtype
+
+
+def test_encoders_run_int8_on_a_cpu_without_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cluster.models
+    from cluster.models import pick_precision
+
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: False)
+    assert pick_precision("auto", "cpu") == "int8"
+    assert pick_precision("auto", "mps") == "float32"
+    assert pick_precision("float32", "cpu") == "float32"  # an explicit choice is kept
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: True)
+    assert pick_precision("auto", "cpu") == "bfloat16" and pick_precision("auto", "cuda") == "bfloat16"
+
+
+def test_int8_is_refused_off_the_cpu() -> None:
+    from cluster.models import pick_precision
+
+    with pytest.raises(ValueError, match="int8 is dynamic quantization for CPUs"):
+        pick_precision("int8", "cuda")
+
+
+def test_int8_quantizes_every_linear_layer_per_channel() -> None:
+    import torch
+
+    from cluster.models import quantize_int8
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    inputs = torch.randn(3, 16)
+    expected = model(inputs)
+    quantize_int8(model)
+    quantized = [m for m in model.modules() if type(m).__module__.startswith("torch.ao.nn.quantized.dynamic")]
+    assert len(quantized) == 2
+    assert all(m.weight().qscheme() == torch.per_channel_affine for m in quantized)
+    assert torch.allclose(model(inputs), expected, atol=0.05)
