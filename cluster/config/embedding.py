@@ -28,9 +28,10 @@ class EmbeddingConfig(Section):
     normalize: bool = True
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "int8"] = Field(
-        default="float32",
-        description="weights; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), else float32. fp32 "
-        "by default: bf16 vectors vary with batch composition (ARCHITECTURE.md, Ingestion)",
+        default="auto",
+        description="precision; auto = on a CPU bfloat16 where native (AMX/AVX512-BF16), else int8 (dynamic "
+        "quantization), each one text per pass so that a vector never depends on its batchmates; on a GPU "
+        "float32 (ARCHITECTURE.md, Precision)",
     )
     num_threads: int = Field(default=0, ge=0, description="torch threads per embedding actor; 0 = all CPUs")
     passage_template: str = Field(

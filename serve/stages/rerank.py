@@ -15,6 +15,7 @@ from cluster.models import (
     Embedder,
     available_cpus,
     load_dtype,
+    one_per_pass,
     pick_device,
     pick_precision,
     quantize_int8,
@@ -71,8 +72,7 @@ class CrossEncoderScorer:
         )
         if precision == INT8:
             quantize_int8(self._model.model)
-        # int8: one pair per pass, so a pair's score never depends on its batchmates (quantize_int8)
-        self._batch_size = 1 if precision == INT8 else PREDICT_BATCH
+        self._batch_size = 1 if one_per_pass(precision, device) else PREDICT_BATCH
         self._identity = torch.nn.Identity()
 
     def score(self, pairs: Pairs) -> list[float]:

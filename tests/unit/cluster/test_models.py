@@ -74,3 +74,15 @@ def test_int8_quantizes_every_linear_layer_per_channel() -> None:
     assert len(quantized) == 2
     assert all(m.weight().qscheme() == torch.per_channel_affine for m in quantized)
     assert torch.allclose(model(inputs), expected, atol=0.05)
+
+
+def test_the_embedder_reads_one_text_per_pass_in_bf16_or_int8_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cluster.models
+    from cluster.models import one_per_pass, pick_embedding_precision
+
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: True)
+    assert pick_embedding_precision("auto", "cpu") == "bfloat16" and one_per_pass("bfloat16", "cpu")
+    assert pick_embedding_precision("auto", "cuda") == "float32"  # a GPU pass needs its batch
+    assert not one_per_pass("bfloat16", "cuda") and not one_per_pass("float32", "cpu")
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: False)
+    assert pick_embedding_precision("auto", "cpu") == "int8" and one_per_pass("int8", "cpu")
