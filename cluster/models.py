@@ -118,9 +118,9 @@ def pick_embedding_precision(requested: str, device: str) -> str:
 
 
 def one_per_pass(precision: str, device: str) -> bool:
-    """Whether an encoder reads one text (or pair) per pass: in bf16 or int8 on a CPU, so that its vector or
-    score never depends on its batchmates' lengths (padding) or ranges (int8's scale). There a pass of one
-    costs about a batch's share: MiniLM in bf16 embedded 22-23 texts/s either way on one core."""
+    """Whether the embedder reads one text per pass: in bf16 or int8 on a CPU, so that a vector never depends
+    on its batchmates' lengths (padding) or ranges (int8's scale). There a pass of one 256-token text costs a
+    batch's share: MiniLM in bf16 embedded 23.7 texts/s alone against 23.1 in batches of 32 on one core."""
     return device == "cpu" and precision in (BF16, INT8)
 
 

@@ -15,7 +15,6 @@ from cluster.models import (
     Embedder,
     available_cpus,
     load_dtype,
-    one_per_pass,
     pick_device,
     pick_precision,
     quantize_int8,
@@ -72,7 +71,9 @@ class CrossEncoderScorer:
         )
         if precision == INT8:
             quantize_int8(self._model.model)
-        self._batch_size = 1 if one_per_pass(precision, device) else PREDICT_BATCH
+        # int8 one pair per pass, so that a score never depends on its batchmates' ranges; bf16 pairs stay
+        # batched: alone they cost a fifth of the pairs/s (ARCHITECTURE.md, Precision)
+        self._batch_size = 1 if precision == INT8 else PREDICT_BATCH
         self._identity = torch.nn.Identity()
 
     def score(self, pairs: Pairs) -> list[float]:
