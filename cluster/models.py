@@ -170,11 +170,11 @@ class SentenceTransformerEmbedder:
 
         set_torch_threads(cfg.num_threads)
         weights = weights_fingerprint(cfg.model)
-        # what the shared embedding cache keys vectors by: two models under one id never share entries
         device = pick_device(cfg.device)
         precision = pick_embedding_precision(cfg.dtype, device)
+        # what the shared embedding cache keys vectors by: two models under one id never share entries, nor do
+        # int8 vectors (close to fp32's, not equal) and another precision's
         model_id = f"{cfg.model_id}@{weights}" if weights else cfg.model_id
-        # int8 vectors are close to, not equal to, fp32 ones: cached vectors are kept apart by precision
         self.model_id = f"{model_id}+{INT8}" if precision == INT8 else model_id
         self.dim = cfg.dim
         self._batch_size = 1 if one_per_pass(precision, device) else cfg.batch_size
