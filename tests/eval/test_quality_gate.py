@@ -23,9 +23,9 @@ OFF_DOMAIN_QUESTION = "Who won the 1966 FIFA World Cup final at Wembley?"
 
 @pytest.fixture(scope="session")
 def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]:
-    # embedding ~8.5 min alone on 2 slow cores (507 s: one 1-thread actor per core), mining ~2, training ~10-14
-    # (5,272 pairs in fp32);
-    # beside the integration tier (`make test`) the embedding gets only the CPU that tier leaves idle
+    # beside the integration tier (`make test`) on 2 AVX512-BF16 cores, 2026-12-05: embedding 439 s (one 1-thread
+    # bf16 actor per core; int8 on a CPU without native bf16), mining 144 s, training 1,077 s (5,800 pairs in
+    # bf16; alone 8.8 pairs/s); the embedding gets only the CPU that tier leaves idle
     return gate_cli("train-reranker", "--dataset", str(scifact), "--out", str(gate_dir / "reranker"), timeout=4200)
 
 
