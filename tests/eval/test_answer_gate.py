@@ -3,7 +3,7 @@ of SciFact (claims; gold = a cited relevant abstract), through the real pipeline
 
 It asserts what the answer check promises, on real generations: nothing degenerate is served, nothing
 served as grounded fails the check, and the served answers cite what the humans used at least as often as
-the extractive answer does (a strict xfail: the packaged model does not) and more often than the LLM's
+the extractive answer does (an xfail: the packaged model does not) and more often than the LLM's
 unchecked answers. The full sets are
 `make eval-answers` (figures in the README)."""
 
@@ -75,12 +75,14 @@ def test_the_llm_answer_is_served_where_it_passes(answers: dict[str, dict[str, A
     assert served >= 3, {name: r["fallback_reasons"] for name, r in answers.items()}
 
 
+# Not strict: the two arms differ only on the 1-3 questions whose LLM answer passed the check, so on 10 + 10
+# questions a tie (which passes `>=`) came by chance: on the same machine (AVX512-BF16, 2026-12-05) one fresh-clone
+# run passed it and the next did not. The gap is measured on the full slices (`make eval-answers`, README).
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="issue #15: the packaged 135M model's answers that pass the check cite one passage of the one or two "
     "that fit the CPU prompt budget, where the extractive answer cites three: on the 20-question slices served 23/37 "
-    "against extractive 28/37 (fp32, 2026-12-04), on their 10-question halves that CI runs 11/18 against 14/18. "
-    "Strict: passing means drop this mark.",
+    "against extractive 28/37 (fp32, 2026-12-04), on their 10-question halves that CI runs 11/18 against 14/18.",
 )
 def test_served_answers_cite_gold_at_least_as_often_as_extractive_ones(answers: dict[str, dict[str, Any]]) -> None:
     """Over both slices: a question where the served answer is the extractive one counts the same in both arms,
