@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cluster.config import RESPONSE_MODES, RagcConfig, load_config
+from cluster.models import sleep_at_barriers
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
 
@@ -169,6 +170,7 @@ def cmd_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout ends with the JSON line
+    sleep_at_barriers()
     from evals.runner import EvalRequest, run_eval, stdout_summary
 
     request = EvalRequest(
@@ -220,6 +222,7 @@ def cmd_eval_variant(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_train_reranker(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    sleep_at_barriers()
     from training.train_reranker import TrainRequest, run_domain_only, run_training
 
     request = TrainRequest(dataset=args.dataset, split=args.split, out=args.out, limit=args.limit)
@@ -229,6 +232,7 @@ def cmd_train_reranker(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate_abstention(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    sleep_at_barriers()
     from training.abstention import CalibrationRequest, run_calibration
 
     reranker = args.reranker or cfg.serve.rerank.model

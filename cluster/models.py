@@ -77,6 +77,17 @@ def set_torch_threads(requested: int = 0) -> None:
     torch.set_num_threads(requested or available_cpus())
 
 
+def sleep_at_barriers() -> None:
+    """A batch job's torch threads sleep while they wait for each other instead of spinning, unless
+    OMP_WAIT_POLICY says otherwise. Beside other work (other processes, Ray replicas, a CPU quota) a
+    spinning thread holds a core its descheduled partner needs, and each parallel region waits for a time
+    slice: two training threads then make half the pairs/s of one (ARCHITECTURE.md, Precision).
+
+    The OpenMP runtime reads the variable once, when torch loads it: call this before the first
+    `import torch`. Serving replicas keep the default: alone, sleeping costs a forward pass 3-10%."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def native_bf16(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether bf16 matmuls run natively here: any CUDA device, or an x86 CPU with AMX / AVX512-BF16.
     Elsewhere bf16 is emulated and slower than fp32."""

@@ -95,10 +95,12 @@ def train_cross_encoder(
         model_path, num_labels=1, max_length=recipe.max_length, device=device, model_kwargs={"dtype": torch.float32}
     )
     model, tokenizer = encoder.model, encoder.tokenizer
+    freeze_lower(model, recipe.frozen_layers)
     model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
     steps_per_epoch = math.ceil(len(groups) / recipe.groups_per_step)
     total = steps_per_epoch * recipe.epochs
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(trainable, lr=recipe.learning_rate, weight_decay=0.01)
     warmup = max(1, int(total * recipe.warmup_ratio))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
@@ -116,7 +118,7 @@ def train_cross_encoder(
             batch = order[start : start + recipe.groups_per_step]
             loss = _group_loss(model, tokenizer, batch, recipe, device, autocast_bf16)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
@@ -136,6 +138,22 @@ def train_cross_encoder(
     outcome.seconds = time.perf_counter() - started
     model.eval()
     return encoder, outcome
+
+
+def freeze_lower(model: Any, frozen_layers: int) -> None:
+    """Keep the token embeddings and the `frozen_layers` lowest transformer layers as pretrained (-1: none).
+
+    Autograd then stops below the lowest trainable layer, and AdamW skips the embedding matrix, which holds
+    about half of MiniLM-L6's weights."""
+    if frozen_layers < 0:
+        return
+    encoder = model.base_model
+    layers = encoder.encoder.layer
+    if frozen_layers > len(layers):
+        raise ValueError(f"frozen_layers {frozen_layers}: the model has {len(layers)} transformer layers")
+    for module in (encoder.embeddings, *layers[:frozen_layers]):
+        for parameter in module.parameters():
+            parameter.requires_grad_(False)
 
 
 class TailAverage:

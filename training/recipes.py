@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import RerankTrainingConfig
+from cluster.models import sleep_at_barriers
 
 POOL = 30
 TEST_DEPTH = 50
@@ -77,6 +78,12 @@ RECIPES = [
     Recipe("job_n3_e1_lr2e4", RerankTrainingConfig(negatives=3, epochs=1, learning_rate=2e-4)),
     Recipe("job_n3", RerankTrainingConfig(negatives=3, epochs=2, learning_rate=1e-4)),
     Recipe("job_default", RerankTrainingConfig(negatives=7, epochs=2, learning_rate=1e-4)),
+    # fifth round, for CI's time: the job's recipe with its lowest weights kept as pretrained (frozen_layers)
+    *(
+        Recipe(f"job_frozen{frozen}_s{seed}", RerankTrainingConfig(frozen_layers=frozen, seed=seed))
+        for frozen in (-1, 0, 2, 3)
+        for seed in (13, 14, 15)
+    ),
 ]
 HOLDOUT_SEED = 7
 
@@ -301,6 +308,7 @@ def main() -> None:
     s.add_argument("--scores", type=Path, required=True)
     s.add_argument("--depths", type=int, nargs="+", default=[20, 50])
     args = parser.parse_args()
+    sleep_at_barriers()
     if args.cmd == "prepare":
         prepare(args.dataset, args.out)
     elif args.cmd == "run":

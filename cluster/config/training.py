@@ -28,6 +28,12 @@ class RerankTrainingConfig(Section):
     learning_rate: float = Field(default=1e-4, gt=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
+    frozen_layers: int = Field(
+        default=-1,
+        ge=-1,
+        description="keep the pretrained weights of the token embeddings and of this many lowest transformer "
+        "layers (0 = the embeddings alone, -1 = train everything): a step then skips their gradients and updates",
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description="bfloat16 = bf16 autocast over fp32 master weights; auto = bfloat16 where native (CUDA, "

@@ -49,3 +49,32 @@ def test_a_bad_config_file_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     config.write_text("serve:\n  default_top_k: many\n")
     assert main(["status", "--config", str(config)]) == EXIT_USAGE
     assert "bad configuration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "policy"),
+    [
+        (["train-reranker", "--dataset", "{dataset}", "--split", "test", "--out", "{out}"], "PASSIVE"),
+        (["calibrate-abstention", "--dataset", "{dataset}", "--reranker", "{out}", "--split", "test"], "PASSIVE"),
+        (["eval", "--dataset", "{dataset}", "--pipeline", "magic"], "PASSIVE"),
+        (["reindex", "--rollback", "--tenant", "t", "{dataset}"], None),  # a job on the cluster, not in-process
+    ],
+)
+def test_in_process_batch_commands_set_the_openmp_wait_policy_before_torch_loads(
+    argv: list[str], policy: str | None, dataset: Path, tmp_path: Path
+) -> None:
+    """A fresh interpreter, as `ragc` starts: the policy is read once, when torch loads its OpenMP runtime."""
+    import os
+    import subprocess
+    import sys
+
+    args = [arg.format(dataset=dataset, out=tmp_path / "out") for arg in argv]
+    probe = (
+        "import json, os, sys; from cli.main import main; main(json.loads(sys.argv[1])); "
+        "print(json.dumps([os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(args)], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [policy, False]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,14 @@ def test_the_embedder_reads_one_text_per_pass_in_bf16_or_int8_on_a_cpu(monkeypat
     assert not one_per_pass("bfloat16", "cuda") and not one_per_pass("float32", "cpu")
     monkeypatch.setattr(cluster.models, "native_bf16", lambda device: False)
     assert pick_embedding_precision("auto", "cpu") == "int8" and one_per_pass("int8", "cpu")
+
+
+def test_batch_jobs_sleep_at_barriers_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.models import sleep_at_barriers
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    sleep_at_barriers()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    sleep_at_barriers()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

@@ -67,3 +67,41 @@ def test_training_runs_in_fp32_where_bf16_is_not_native(monkeypatch: pytest.Monk
         train_and_save(resolve_model_path(recipe.base_model), groups, recipe, "cpu", str(tmp_path / "b"))["precision"]
         == "bfloat16"
     )
+
+
+@pytest.mark.parametrize("frozen_layers", [-1, 0, 2])
+def test_frozen_layers_keep_their_pretrained_weights_and_the_rest_train(frozen_layers: int) -> None:
+    import torch
+
+    from cluster.config import RerankTrainingConfig
+    from cluster.models import resolve_model_path
+    from training.loop import TrainingGroup, train_cross_encoder
+
+    path = resolve_model_path(RerankTrainingConfig().base_model)
+    groups = [TrainingGroup("what is a tenant", "a tenant owns its documents", ("the sky is blue",))] * 2
+    recipe = RerankTrainingConfig(max_length=16, groups_per_step=2, epochs=1, frozen_layers=frozen_layers)
+    before = {n: p.detach().clone() for n, p in _base_parameters(path)}
+    encoder, _ = train_cross_encoder(path, groups, recipe, "cpu")
+    after = dict(encoder.model.base_model.named_parameters())
+    moved = {n for n, p in before.items() if not torch.equal(p, after[n].detach())}
+    for name in before:
+        frozen = frozen_layers >= 0 and (
+            name.startswith("embeddings.") or any(name.startswith(f"encoder.layer.{i}.") for i in range(frozen_layers))
+        )
+        assert (name not in moved) == frozen, name
+
+
+def test_freezing_more_layers_than_the_model_has_is_refused() -> None:
+    from cluster.config import RerankTrainingConfig
+    from cluster.models import resolve_model_path
+    from training.loop import train_cross_encoder
+
+    recipe = RerankTrainingConfig(frozen_layers=7)
+    with pytest.raises(ValueError, match="6 transformer layers"):
+        train_cross_encoder(resolve_model_path(recipe.base_model), [], recipe, "cpu")
+
+
+def _base_parameters(path: str) -> list[tuple[str, object]]:
+    from sentence_transformers import CrossEncoder
+
+    return list(CrossEncoder(path, num_labels=1).model.base_model.named_parameters())
