@@ -7,6 +7,7 @@ cross-entropy over the group (the positive must outrank its own negatives); `bce
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ class TrainingOutcome:
     losses: list[float] = field(default_factory=list)  # mean loss per tenth of training
     precision: str = "float32"
     threads: int = 1
+    wait_policy: str = "default"  # OMP_WAIT_POLICY: how the threads wait for each other
 
     @property
     def pairs_per_s(self) -> float:
@@ -71,6 +73,7 @@ class TrainingOutcome:
             "pairs_per_s": round(self.pairs_per_s, 2),
             "precision": self.precision,
             "threads": self.threads,
+            "wait_policy": self.wait_policy,
             "loss_by_tenth": [round(x, 4) for x in self.losses],
         }
 
@@ -105,9 +108,16 @@ def train_cross_encoder(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
     )
-    outcome = TrainingOutcome(precision="bfloat16" if autocast_bf16 else "float32", threads=torch.get_num_threads())
+    outcome = TrainingOutcome(
+        precision="bfloat16" if autocast_bf16 else "float32",
+        threads=torch.get_num_threads(),
+        wait_policy=os.environ.get("OMP_WAIT_POLICY", "default"),
+    )
     if progress is not None:
-        progress(f"training on {device}, {outcome.precision}, {outcome.threads} torch threads, {total} steps")
+        progress(
+            f"training on {device}, {outcome.precision}, {outcome.threads} torch threads waiting "
+            f"{outcome.wait_policy}, {total} steps"
+        )
     averaged = TailAverage(first_step=total - int(total * recipe.average_tail) + 1)  # tail 0: never copies
     window: list[float] = []
     started = time.perf_counter()

@@ -101,6 +101,7 @@ def test_the_reranker_never_saw_the_test_split(reranker: dict[str, Any]) -> None
     assert reranker["split"] == "train" and reranker["groups"] > 0
     assert reranker["training"]["pairs"] > 0 and reranker["ingest"]["chunks_total"] > 0
     assert reranker["training"]["precision"] in ("float32", "bfloat16") and reranker["training"]["threads"] >= 1
+    assert reranker["training"]["wait_policy"] == "PASSIVE"  # beside the other tiers: cluster/models.py
 
 
 def test_the_trained_reranker_loads_in_the_rerank_stage(reranker: dict[str, Any]) -> None:
