@@ -78,7 +78,9 @@ RECIPES = [
     Recipe("job_n3_e1_lr2e4", RerankTrainingConfig(negatives=3, epochs=1, learning_rate=2e-4)),
     Recipe("job_n3", RerankTrainingConfig(negatives=3, epochs=2, learning_rate=1e-4)),
     Recipe("job_default", RerankTrainingConfig(negatives=7, epochs=2, learning_rate=1e-4)),
-    # fifth round, for CI's time: the job's recipe with its lowest weights kept as pretrained (frozen_layers)
+    # fifth round, for CI's time: the job's recipe with its lowest weights kept as pretrained (frozen_layers;
+    # holdout 0.2, depth 20, rrf): 3 frozen layers train 1.4x faster for +0.020 mean lift against +0.025, so
+    # the job trains everything (README, Retrieval quality)
     *(
         Recipe(f"job_frozen{frozen}_s{seed}", RerankTrainingConfig(frozen_layers=frozen, seed=seed))
         for frozen in (-1, 0, 2, 3)
