@@ -62,7 +62,7 @@ test-unit: setup
 test-integration: setup system-deps
 	RAY_worker_niceness=0 $(PYTEST) tests/integration -q -p no:logging $(OK5)
 
-# The quality gate: SciFact embedded once (7.3 min beside the other tiers on 2 AVX512-BF16 cores, in bf16), our
+# The quality gate: SciFact embedded once (7.3-7.8 min beside the other tiers on 2 AVX512-BF16 cores, in bf16), our
 # reranker trained, every pipeline scored.
 test-eval: setup system-deps
 	$(PYTEST) tests/eval -q -p no:logging $(OK5); rc=$$?; cat .ragc/gate/report/*.md 2>/dev/null; exit $$rc
