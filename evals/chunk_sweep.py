@@ -1,8 +1,9 @@
-"""`make eval-chunks`: `ragc eval` once per chunk size, each into a collection of its own, collated here into
-one table: retrieval figures per pipeline beside each size's cost (vectors stored, chunks it had to embed).
+"""`make eval-chunks` and `make eval-dense-models`: `ragc eval` once per chunk size or dense model, each into a
+collection of its own, collated here into one table: retrieval figures per pipeline beside each variant's cost
+(vectors stored, chunks it had to embed, ingest seconds).
 
-Chunk size is chosen on retrieval figures of TRAIN only (tuning it on generated answers overfits the
-generator, and TEST is for reporting)."""
+Both are chosen on retrieval figures of TRAIN only (tuning them on generated answers overfits the generator,
+and TEST is for reporting)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,19 @@ from evals.metrics import METRICS
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
-    """The eval results, smallest chunks first."""
+    """The eval results, by dense model, then smallest chunks first."""
     results = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    return sorted(results, key=lambda r: (r["chunking"]["chunk_size"], r["chunking"]["chunk_overlap"]))
+    return sorted(results, key=lambda r: (dense_model(r), r["chunking"]["chunk_size"], r["chunking"]["chunk_overlap"]))
+
+
+def dense_model(result: dict[str, Any]) -> str:
+    embedding = result.get("embedding")
+    return f"{embedding['model_id'].rsplit('/', 1)[-1]} ({embedding['dim']}-d)" if embedding else "-"
+
+
+def variant(result: dict[str, Any]) -> str:
+    chunking = result["chunking"]
+    return f"{dense_model(result)}, chunk size {chunking['chunk_size']}, overlap {chunking['chunk_overlap']}"
 
 
 def best_size(results: list[dict[str, Any]], pipeline: str, metric: str = "ndcg@10") -> dict[str, Any]:
@@ -27,12 +38,13 @@ def best_size(results: list[dict[str, Any]], pipeline: str, metric: str = "ndcg@
 def table(results: list[dict[str, Any]]) -> str:
     pipelines = list(dict.fromkeys(p for r in results for p in r["pipelines"]))
     shown = [m for m in METRICS if m in ("ndcg@10", "recall@100")]
-    head = ["chunk size / overlap", "vectors", "embedded this run", "ingest s"]
+    head = ["dense model", "chunk size / overlap", "vectors", "embedded this run", "ingest s"]
     head += [f"{p} {m}" for p in pipelines for m in shown]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in results:
         ingest, chunking = r["ingest"], r["chunking"]
         cells = [
+            dense_model(r),
             f"{chunking['chunk_size']} / {chunking['chunk_overlap']}",
             str(ingest["chunks_total"]),
             str(ingest["chunks_embedded"]),
@@ -46,12 +58,11 @@ def table(results: list[dict[str, Any]]) -> str:
 def report(results: list[dict[str, Any]]) -> str:
     first = results[0]
     pipeline = "hybrid" if "hybrid" in first["pipelines"] else next(iter(first["pipelines"]))
-    best = best_size(results, pipeline)["chunking"]
+    best = variant(best_size(results, pipeline))
     return (
-        f"# Chunk sizes: {first['dataset']} ({first['split']}, {first['queries']} queries)\n\n{table(results)}\n\n"
-        f"Best {pipeline} nDCG@10: chunk size {best['chunk_size']}, overlap {best['chunk_overlap']}. Vectors "
-        "reused from a size run earlier (the same chunk text) are not embedded again, so `ingest s` is this "
-        "run's cost, not a fresh build's.\n"
+        f"# Retrieval variants: {first['dataset']} ({first['split']}, {first['queries']} queries)\n\n"
+        f"{table(results)}\n\nBest {pipeline} nDCG@10: {best}. Vectors reused from a run earlier (the same "
+        "model and chunk text) are not embedded again, so `ingest s` is this run's cost, not a fresh build's.\n"
     )
 
 

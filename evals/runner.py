@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from cluster.config import ChunkingConfig, RagcConfig
+from cluster.config import ChunkingConfig, EmbeddingConfig, RagcConfig
 from evals.abstention import (
     TARGET_ABSTENTION,
     TARGET_FALSE_ABSTENTION,
@@ -62,15 +62,22 @@ class EvalRequest:
 
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
-    """The dataset's evaluation collection; chunked otherwise than by default, a collection of its own
-    (`..._c128o16`), so that a chunk-size sweep keeps every size and re-embeds only chunks it has not seen."""
+    """The dataset's evaluation collection; chunked otherwise than by default (`..._c128o16`) or embedded by
+    another model (`..._all_mpnet_base_v2`), a collection of its own, so that a sweep keeps every variant and
+    re-embeds only chunks it has not seen."""
     out = cfg.model_copy(deep=True)
-    name = EVAL_COLLECTION_PREFIX + re.sub(r"[^0-9a-zA-Z_]", "_", dataset.resolve().name).lower()
+    name = EVAL_COLLECTION_PREFIX + _identifier(dataset.resolve().name)
     chunking = cfg.chunking
     if chunking != ChunkingConfig():
         name += f"_c{chunking.chunk_size}o{chunking.chunk_overlap}" + ("" if chunking.markdown_headers else "_nomd")
+    if cfg.embedding.model_id != EmbeddingConfig().model_id:
+        name += "_" + _identifier(cfg.embedding.model_id.rsplit("/", 1)[-1])
     out.milvus.collection = name
     return out
+
+
+def _identifier(text: str) -> str:
+    return re.sub(r"[^0-9a-zA-Z_]", "_", text).lower()
 
 
 def corpus_source(cfg: RagcConfig, dataset: Path) -> Path:
@@ -303,6 +310,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
         if req.unanswerable:
             result["abstention"] = abstention_section(runner, req, eval_set, ecfg)
     result["chunking"] = cfg.chunking.model_dump()
+    result["embedding"] = {"model_id": cfg.embedding.model_id, "dim": cfg.embedding.dim}
     result["default_pipeline"] = default_pipeline(cfg)
     result["similarity_floor"] = cfg.serve.retrieve.similarity_floor
     result["reranker"] = cfg.serve.rerank.model

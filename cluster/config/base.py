@@ -19,6 +19,9 @@ DEFAULT_STATE_DIR = ".ragc"
 DEFAULT_COLLECTION_ALIAS = "ragc_chunks"
 
 
+PACKAGED_PREFIX = "packaged:"
+
+
 DEFAULT_EMBEDDING_MODEL = "packaged:all-MiniLM-L6-v2"
 
 

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from cluster.config.base import DEFAULT_EMBEDDING_MODEL, Section
+from cluster.config.base import DEFAULT_EMBEDDING_MODEL, PACKAGED_PREFIX, Section
 
 TEMPLATE_FIELD = re.compile(r"\{(\w*)\}")
 PASSAGE_FIELDS = {"text", "title", "section", "context"}
+# what a packaged embedding model is: the identity its collections record and its vectors' dimension
+PACKAGED_EMBEDDERS = {
+    "all-minilm-l6-v2": ("sentence-transformers/all-MiniLM-L6-v2", 384),
+    "all-mpnet-base-v2": ("sentence-transformers/all-mpnet-base-v2", 768),
+}
 
 
 class EmbeddingConfig(Section):
     model: str = Field(
         default=DEFAULT_EMBEDDING_MODEL,
-        description="`packaged:<name>` (weights from a registry package), a local path, or a model id",
+        description="`packaged:all-MiniLM-L6-v2` or `packaged:all-mpnet-base-v2` (the `mpnet` extra): weights from "
+        "registry packages, which bring their own model_id and dim; or a local path, or a model id",
     )
     model_id: str = Field(
         default="sentence-transformers/all-MiniLM-L6-v2",
@@ -40,6 +46,23 @@ class EmbeddingConfig(Section):
         "section, the parts present; a template whose context is empty embeds {text} alone). Recorded on the "
         "collection: a change is a `ragc reindex`",
     )
+
+    @model_validator(mode="after")
+    def _packaged_identity(self) -> Self:
+        """A packaged model brings its own id and dimension: naming it is enough, and naming it with another
+        id or dimension is refused rather than recorded on a collection."""
+        if not self.model.startswith(PACKAGED_PREFIX):
+            return self
+        known = PACKAGED_EMBEDDERS.get(self.model[len(PACKAGED_PREFIX) :].lower())
+        if known is None:
+            return self  # the model registry names the packaged models it knows when it loads one
+        model_id, dim = known
+        for field, value in (("model_id", model_id), ("dim", dim)):
+            if field not in self.model_fields_set:
+                object.__setattr__(self, field, value)  # validate_assignment would re-enter this validator
+            elif getattr(self, field) != value:
+                raise ValueError(f"{self.model} has {field} {value!r}, not {getattr(self, field)!r}")
+        return self
 
     @field_validator("passage_template")
     @classmethod

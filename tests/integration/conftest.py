@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import RagcConfig
+from cluster.config import EmbeddingConfig, RagcConfig
 from local.otlp import OtlpReceiver
 from local.sidecars import start_milvus, start_redis, stop
 
@@ -79,6 +79,15 @@ def start_session_ray(metrics_port: int) -> None:
     from cluster.ray_runtime import ensure_ray
 
     ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 2, "metrics_export_port": metrics_port}}))
+
+
+def another_models_label(cfg: RagcConfig) -> EmbeddingConfig:
+    """The configured weights served under another model's id (a packaged model refuses a foreign id, so they
+    are named by their folder): what a collection built by that other model must refuse."""
+    from cluster.models import resolve_model_path
+
+    named = {"model": resolve_model_path(cfg.embedding.model), "model_id": "BAAI/bge-small-en-v1.5"}
+    return EmbeddingConfig.model_validate(cfg.embedding.model_dump() | named)
 
 
 def make_config(milvus: dict[str, Any], redis: dict[str, Any] | None, state_dir: Path, **overrides: Any) -> RagcConfig:

@@ -18,6 +18,7 @@ from ingest_jobs.ledger import Ledger
 from ingest_jobs.reindex import TenantSource, rollback, run_reindex
 from ingest_jobs.sink import InjectedFaultError
 from ingest_jobs.sync import run_sync
+from tests.integration.conftest import another_models_label
 
 pytestmark = pytest.mark.integration
 
@@ -207,7 +208,7 @@ def test_another_embedding_model_is_refused(cfg: RagcConfig, tmp_path: Path) -> 
     corpus = make_corpus(tmp_path / "docs")
     run_sync(cfg, corpus, "acme")
     other = cfg.model_copy(deep=True)
-    other.embedding.model_id = "BAAI/bge-small-en-v1.5"
+    other.embedding = another_models_label(cfg)
     with pytest.raises(CollectionMismatchError, match="reindex"):
         run_sync(other, corpus, "acme")
     # other weights under the same id and width (a fine-tuned copy): the label alone would let them mix
@@ -216,6 +217,30 @@ def test_another_embedding_model_is_refused(cfg: RagcConfig, tmp_path: Path) -> 
     with pytest.raises(CollectionMismatchError, match="weights"):
         run_sync(retrained, corpus, "acme")
     assert run_sync(cfg, corpus, "acme").unchanged == len(DOCS)  # the same weights still pass
+
+
+def test_the_packaged_mpnet_model_ingests_and_searches_at_its_own_width(cfg: RagcConfig, tmp_path: Path) -> None:
+    """The second packaged dense model, named alone: its id and its 768-d vectors come with it, assembled from
+    its split packages, and a collection it built refuses the default model."""
+    from cluster.config import EmbeddingConfig
+    from serve.stages.retrieve import HybridRetriever
+
+    corpus = make_corpus(tmp_path / "docs")
+    mpnet = cfg.model_copy(deep=True)
+    mpnet.embedding = EmbeddingConfig(model="packaged:all-mpnet-base-v2")
+    report = run_sync(mpnet, corpus, "acme")
+    assert report.chunks_embedded == report.chunks_total == len(rows_of(cfg, "acme")) > 0
+    active = Collections(connect(cfg), mpnet).active()
+    assert active is not None
+    assert (active.identity.model_id, active.identity.dim) == ("sentence-transformers/all-mpnet-base-v2", 768)
+    (row,) = connect(cfg).query(
+        cfg.milvus.collection, filter=eq("doc_id", "edits.txt"), output_fields=["embedding"], limit=1
+    )
+    assert len(row["embedding"]) == 768
+    dense = HybridRetriever(mpnet).search_arms("acme", "What is embedded again after an edit?").results["dense"]
+    assert dense and dense[0].doc_id == "edits.txt", [h.doc_id for h in dense]
+    with pytest.raises(CollectionMismatchError, match="reindex"):
+        run_sync(cfg, corpus, "acme")
 
 
 def test_the_dense_arm_embeds_the_passage_template_and_a_new_template_needs_a_reindex(

@@ -24,7 +24,7 @@ from local.cluster import DEMO_CORPUS
 from local.http_wait import wait_for_http
 from serve.answerability import FEATURES, AnswerabilityModel, OperatingPoint
 from tests.clients.client_env import client_python
-from tests.integration.conftest import free_port, make_config
+from tests.integration.conftest import another_models_label, free_port, make_config
 from tests.sse import post_stream
 
 pytestmark = pytest.mark.integration
@@ -136,7 +136,7 @@ def service(
     faulty.serve.answerability.calibration = str(lenient_calibration(root / "answerability.json"))
     deploy(faulty, "faulty", "/faulty")
     mismatch = cfg.model_copy(deep=True)
-    mismatch.embedding.model_id = "BAAI/bge-small-en-v1.5"
+    mismatch.embedding = another_models_label(cfg)
     deploy(mismatch, "mismatch", "/mismatch")
     base = f"http://127.0.0.1:{port}"
     _wait_ready(base + "/readyz")

@@ -76,3 +76,23 @@ def test_secret_ref_reads_env_and_file(tmp_path: Path, monkeypatch: pytest.Monke
     secret.write_text("from-file\n")
     assert SecretRef(file=secret).resolve() == "from-file"
     assert SecretRef().resolve() is None
+
+
+def test_a_packaged_embedding_model_brings_its_id_and_width() -> None:
+    cfg = load_config(None, environ={"RAGC_EMBEDDING__MODEL": "packaged:all-mpnet-base-v2"})
+    assert (cfg.embedding.model_id, cfg.embedding.dim) == ("sentence-transformers/all-mpnet-base-v2", 768)
+    default = RagcConfig().embedding
+    assert (default.model_id, default.dim) == ("sentence-transformers/all-MiniLM-L6-v2", 384)
+    stated = load_config(
+        None, environ={"RAGC_EMBEDDING__MODEL": "packaged:all-mpnet-base-v2", "RAGC_EMBEDDING__DIM": "768"}
+    )
+    assert stated.embedding == cfg.embedding, "naming the same width again is fine"
+
+
+def test_a_packaged_embedding_model_under_another_id_or_width_is_refused() -> None:
+    with pytest.raises(ValidationError, match="all-mpnet-base-v2 has dim 768, not 384"):
+        load_config(None, environ={"RAGC_EMBEDDING__MODEL": "packaged:all-mpnet-base-v2", "RAGC_EMBEDDING__DIM": "384"})
+    with pytest.raises(ValidationError, match="has model_id 'sentence-transformers/all-MiniLM-L6-v2'"):
+        load_config(None, environ={"RAGC_EMBEDDING__MODEL_ID": "mine/minilm"})
+    local = load_config(None, environ={"RAGC_EMBEDDING__MODEL": "/models/mine", "RAGC_EMBEDDING__MODEL_ID": "mine/x"})
+    assert (local.embedding.model_id, local.embedding.dim) == ("mine/x", 384), "a local model names its own"

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cluster.config import RagcConfig
+from cluster.config import EmbeddingConfig, RagcConfig
 from evals.chunk_sweep import main
 from evals.runner import eval_collection
 
@@ -38,8 +38,26 @@ def test_the_sweep_table_orders_sizes_and_names_the_best_on_hybrid(tmp_path: Pat
     out = tmp_path / "report.md"
     assert main([str(out), *paths]) == 0
     text = out.read_text(encoding="utf-8")
-    rows = [line for line in text.splitlines() if line[:3] in ("| 1", "| 2", "| 3")]
-    assert [row.split(" | ")[0] for row in rows] == ["| 128 / 16", "| 256 / 32", "| 384 / 48"]
-    assert "| 128 / 16 | 18000 | 9000 | 12 | 0.7000 | 0.9000 | 0.7500 | 0.9000 |" in text
-    assert "Best hybrid nDCG@10: chunk size 128, overlap 16." in text
+    rows = [line for line in text.splitlines() if line.startswith("| - |")]
+    assert [row.split(" | ")[1] for row in rows] == ["128 / 16", "256 / 32", "384 / 48"]
+    assert "| - | 128 / 16 | 18000 | 9000 | 12 | 0.7000 | 0.9000 | 0.7500 | 0.9000 |" in text
+    assert "Best hybrid nDCG@10: -, chunk size 128, overlap 16." in text
     assert main([str(out)]) == 2
+
+
+def test_dense_models_get_collections_and_rows_of_their_own(tmp_path: Path) -> None:
+    cfg = RagcConfig()
+    cfg.embedding = EmbeddingConfig(model="packaged:all-mpnet-base-v2")
+    assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_all_mpnet_base_v2"
+    paths = []
+    models = (("sentence-transformers/all-mpnet-base-v2", 768, 0.76), ("x/all-MiniLM-L6-v2", 384, 0.74))
+    for name, dim, hybrid in models:
+        path = tmp_path / f"{dim}.json"
+        path.write_text(json.dumps(result(256, 32, hybrid, 9636) | {"embedding": {"model_id": name, "dim": dim}}))
+        paths.append(str(path))
+    out = tmp_path / "report.md"
+    assert main([str(out), *paths]) == 0
+    text = out.read_text(encoding="utf-8")
+    minilm, mpnet = "| all-MiniLM-L6-v2 (384-d) | 256 / 32 |", "| all-mpnet-base-v2 (768-d) | 256 / 32 |"
+    assert text.index(minilm) < text.index(mpnet)
+    assert "Best hybrid nDCG@10: all-mpnet-base-v2 (768-d), chunk size 256, overlap 32." in text

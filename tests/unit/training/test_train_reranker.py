@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import RagcConfig
+from cluster.config import EmbeddingConfig, RagcConfig
 from evals.beir import write_qrels
 from evals.reranker_checks import TRAINING_RECORD
 from serve.rerank_domain import RerankDomain
@@ -35,7 +35,7 @@ def test_the_questions_held_out_are_a_fixed_share_never_trained_on(tmp_path: Pat
 
 def test_the_domain_is_recorded_from_the_held_out_questions(tmp_path: Path) -> None:
     cfg, embedder = RagcConfig(), HashEmbedder(dim=64)
-    cfg.embedding.model_id = embedder.model_id
+    cfg.embedding = EmbeddingConfig(model="test/hash", model_id=embedder.model_id, dim=embedder.dim)
     train, held_out = training_queries(TrainRequest(dataset(tmp_path), tmp_path), cfg.train_reranker)
     summary = record_domain(cfg, list(train.queries.values()), list(held_out.values()), tmp_path, embedder)
     assert summary["recorded"] and summary["held_out"] == len(held_out) and summary["trained"] == len(train.queries)
@@ -46,7 +46,7 @@ def test_the_domain_is_recorded_from_the_held_out_questions(tmp_path: Path) -> N
 
 def test_a_reranker_trained_before_domains_gets_one_for_the_same_held_out_questions(tmp_path: Path) -> None:
     cfg, embedder = RagcConfig(), HashEmbedder(dim=64)
-    cfg.embedding.model_id = embedder.model_id
+    cfg.embedding = EmbeddingConfig(model="test/hash", model_id=embedder.model_id, dim=embedder.dim)
     req = TrainRequest(dataset(tmp_path / "data"), tmp_path / "reranker")
     req.out.mkdir()
     with pytest.raises(ValueError, match="no reranker trained by"):
