@@ -18,7 +18,11 @@ from evals.metrics import METRICS
 def load(paths: list[Path]) -> list[dict[str, Any]]:
     """The eval results, by dense model, then smallest chunks first."""
     results = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    return sorted(results, key=lambda r: (dense_model(r), r["chunking"]["chunk_size"], r["chunking"]["chunk_overlap"]))
+    return sorted(results, key=lambda r: (dense_model(r), *chunk_order(r["chunking"])))
+
+
+def chunk_order(chunking: dict[str, Any]) -> tuple[int, int, int]:
+    return (chunking.get("sentence_window", 0), chunking["chunk_size"], chunking["chunk_overlap"])
 
 
 def dense_model(result: dict[str, Any]) -> str:
@@ -26,8 +30,16 @@ def dense_model(result: dict[str, Any]) -> str:
     return f"{embedding['model_id'].rsplit('/', 1)[-1]} ({embedding['dim']}-d)" if embedding else "-"
 
 
+def chunks(chunking: dict[str, Any]) -> str:
+    if chunking.get("sentence_window"):
+        return f"sentence window {chunking['sentence_window']}"
+    return f"{chunking['chunk_size']} / {chunking['chunk_overlap']}"
+
+
 def variant(result: dict[str, Any]) -> str:
     chunking = result["chunking"]
+    if chunking.get("sentence_window"):
+        return f"{dense_model(result)}, sentence window {chunking['sentence_window']}"
     return f"{dense_model(result)}, chunk size {chunking['chunk_size']}, overlap {chunking['chunk_overlap']}"
 
 
@@ -45,7 +57,7 @@ def table(results: list[dict[str, Any]]) -> str:
         ingest, chunking = r["ingest"], r["chunking"]
         cells = [
             dense_model(r),
-            f"{chunking['chunk_size']} / {chunking['chunk_overlap']}",
+            chunks(chunking),
             str(ingest["chunks_total"]),
             str(ingest["chunks_embedded"]),
             f"{ingest['seconds']:.0f}",

@@ -62,14 +62,19 @@ class EvalRequest:
 
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
-    """The dataset's evaluation collection; chunked otherwise than by default (`..._c128o16`) or embedded by
+    """The dataset's evaluation collection; chunked otherwise than by default (`..._c128o16`, sentence windows
+    `..._w2`) or embedded by
     another model (`..._all_mpnet_base_v2`), a collection of its own, so that a sweep keeps every variant and
     re-embeds only chunks it has not seen."""
     out = cfg.model_copy(deep=True)
     name = EVAL_COLLECTION_PREFIX + _identifier(dataset.resolve().name)
     chunking = cfg.chunking
     if chunking != ChunkingConfig():
-        name += f"_c{chunking.chunk_size}o{chunking.chunk_overlap}" + ("" if chunking.markdown_headers else "_nomd")
+        if chunking.sentence_window:
+            name += f"_w{chunking.sentence_window}"
+        else:
+            name += f"_c{chunking.chunk_size}o{chunking.chunk_overlap}"
+        name += "" if chunking.markdown_headers else "_nomd"
     if cfg.embedding.model_id != EmbeddingConfig().model_id:
         name += "_" + _identifier(cfg.embedding.model_id.rsplit("/", 1)[-1])
     out.milvus.collection = name

@@ -3,19 +3,21 @@ model's own tokenizer, so `chunk_size` means what the embedder will see."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from llama_index.core import Document
-from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
+from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter, SentenceWindowNodeParser
 
 from cluster.config import ChunkingConfig
 from cluster.models import resolve_model_path
 from ingest_jobs.documents import ParsedDocument, SourceDocument, chunk_id
 
 Tokenizer = Callable[[str], list[int]]
+SPACES = re.compile(r"[ \t]{2,}")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Chunk:
     updated_at: int
     chunk_index: int
     content_hash: str
+    focus: str = ""  # sentence-window retrieval: the sentence the dense arm embeds ("" = the text); never stored
 
 
 @lru_cache(maxsize=4)
@@ -65,6 +68,18 @@ class Chunker:
             chunk_size=cfg.chunk_size, chunk_overlap=cfg.chunk_overlap, tokenizer=tokenizer
         )
         self._markdown = MarkdownNodeParser()
+        self._windows = (
+            SentenceWindowNodeParser.from_defaults(window_size=cfg.sentence_window) if cfg.sentence_window else None
+        )
+
+    def pieces(self, body: str) -> list[tuple[str, str]]:
+        """(text, focus) per chunk of a section: token-sized chunks with no focus, or each sentence's window
+        with the sentence as its focus."""
+        if self._windows is None:
+            return [(piece, "") for piece in self._splitter.split_text(body)]
+        nodes = self._windows.get_nodes_from_documents([Document(text=body)])
+        # the parser keeps each sentence's trailing space and joins them with another
+        return [(SPACES.sub(" ", str(n.metadata["window"])).strip(), n.get_content().strip()) for n in nodes]
 
     def sections(self, doc: SourceDocument, text: str) -> list[tuple[str, str]]:
         """(header path, text) pieces before size-based splitting."""
@@ -80,14 +95,16 @@ class Chunker:
         chunks: list[Chunk] = []
         seen: dict[str, int] = {}
         for section, body in self.sections(doc, parsed.text):
-            for piece in self._splitter.split_text(body):
+            for piece, focus in self.pieces(body):
                 if not piece.strip():
                     continue
-                occurrence = seen.get(piece, 0)
-                seen[piece] = occurrence + 1
+                # a window's vector is its sentence's: two windows with the same text are two chunks
+                identity = f"{focus}\x00{piece}" if focus else piece
+                occurrence = seen.get(identity, 0)
+                seen[identity] = occurrence + 1
                 chunks.append(
                     Chunk(
-                        id=chunk_id(tenant, doc.doc_id, piece, occurrence),
+                        id=chunk_id(tenant, doc.doc_id, identity, occurrence),
                         doc_id=doc.doc_id,
                         tenant_id=tenant,
                         text=piece,
@@ -99,6 +116,7 @@ class Chunker:
                         updated_at=doc.updated_at,
                         chunk_index=len(chunks),
                         content_hash=doc.content_hash,
+                        focus=focus,
                     )
                 )
         return chunks

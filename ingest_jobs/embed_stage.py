@@ -20,6 +20,7 @@ from cluster.store.schema import ChunkFields
 
 Batch = dict[str, np.ndarray]
 EMBEDDED_ON = "embedded_on"  # the Ray node whose actor resolved the row: the job's spread across nodes
+FOCUS_COLUMN = "focus"  # ingest_jobs.chunking.Chunk.focus
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,9 @@ class VectorResolver:
 
     def __call__(self, batch: Batch) -> Batch:
         ids = [str(i) for i in batch[ChunkFields.ID]]
-        texts = [str(t) for t in batch[ChunkFields.TEXT]]
+        # a sentence window's vector is its sentence's (the `focus` column, which is not stored)
+        focus = batch.get(FOCUS_COLUMN, [""] * len(ids))
+        texts = [str(f) or str(t) for f, t in zip(focus, batch[ChunkFields.TEXT], strict=True)]
         if self._passage_text is not None:
             titles, sections = batch[ChunkFields.TITLE], batch[ChunkFields.SECTION]
             texts = [self._passage_text(str(t), str(s), x) for t, s, x in zip(titles, sections, texts, strict=True)]

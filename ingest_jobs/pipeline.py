@@ -29,6 +29,7 @@ EMPTY_ROW: dict[str, Any] = {
     "updated_at": 0,
     "chunk_index": 0,
     "content_hash": "",
+    "focus": "",
     ERROR_COLUMN: "",
 }
 

@@ -84,6 +84,14 @@ class ChunkingConfig(Section):
     chunk_size: int = Field(default=256, ge=32, le=8192, description="tokens per chunk")
     chunk_overlap: int = Field(default=32, ge=0, description="tokens shared by neighbouring chunks")
     markdown_headers: bool = Field(default=True, description="split markdown on headers first")
+    sentence_window: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description="0: chunks of chunk_size tokens. N > 0: sentence-window retrieval, one vector per sentence "
+        "(the dense arm embeds the sentence), returning the sentence with N sentences each side as the passage "
+        "(what BM25 indexes and the answer reads); chunk_size and chunk_overlap are then unused",
+    )
 
     @field_validator("chunk_overlap")
     @classmethod
@@ -94,4 +102,6 @@ class ChunkingConfig(Section):
         return v
 
     def fingerprint(self) -> str:
+        if self.sentence_window:
+            return f"window:{self.sentence_window}:md={int(self.markdown_headers)}"
         return f"sentence:{self.chunk_size}:{self.chunk_overlap}:md={int(self.markdown_headers)}"

@@ -243,6 +243,38 @@ def test_the_packaged_mpnet_model_ingests_and_searches_at_its_own_width(cfg: Rag
         run_sync(cfg, corpus, "acme")
 
 
+def test_sentence_windows_store_the_window_search_by_the_sentence_and_need_a_reindex(
+    cfg: RagcConfig, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from cluster.models import SentenceTransformerEmbedder
+    from serve.stages.retrieve import HybridRetriever
+
+    corpus = make_corpus(tmp_path / "docs")
+    windows = cfg.model_copy(deep=True)
+    windows.chunking.sentence_window = 1
+    report = run_sync(windows, corpus, "acme")
+    rows = connect(cfg).query(
+        cfg.milvus.collection,
+        filter=all_of(eq("tenant_id", "acme"), eq("doc_id", "edits.txt")),
+        output_fields=["text", "chunk_index", "embedding"],
+    )
+    rows.sort(key=lambda r: r["chunk_index"])
+    sentences = [s.strip() + "." for s in DOCS["edits.txt"].rstrip(".").split(". ")]
+    assert len(rows) == len(sentences) == 3, [r["text"] for r in rows]
+    assert rows[0]["text"] == " ".join(sentences[:2]) and rows[1]["text"] == DOCS["edits.txt"]
+    embedder = SentenceTransformerEmbedder(cfg.embedding)
+    for row, sentence in zip(rows, sentences, strict=True):  # the vector is the sentence's, not the window's
+        stored = np.asarray(row["embedding"], dtype=np.float32)
+        assert float(stored @ np.asarray(embedder.embed([sentence])[0], dtype=np.float32)) > 0.999
+    assert report.chunks_total == len(rows_of(cfg, "acme")) > len(DOCS)
+    dense = HybridRetriever(windows).search_arms("acme", sentences[2]).results["dense"]
+    assert dense[0].doc_id == "edits.txt" and dense[0].text == " ".join(sentences[1:]), dense[0].text
+    with pytest.raises(CollectionMismatchError, match="window:1"):
+        run_sync(cfg, corpus, "acme")
+
+
 def test_the_dense_arm_embeds_the_passage_template_and_a_new_template_needs_a_reindex(
     cfg: RagcConfig, tmp_path: Path
 ) -> None:

@@ -34,3 +34,34 @@ def test_model_tokenizer_counts_tokens_without_padding() -> None:
     from ingest_jobs.chunking import model_tokenizer
 
     assert len(model_tokenizer("packaged:all-MiniLM-L6-v2")("hello world")) == 2
+
+
+SENTENCES = [f"Sentence {n} says fact {n} about topic {n}." for n in range(6)]
+
+
+def test_sentence_windows_return_each_sentence_with_its_neighbours() -> None:
+    chunker = Chunker(ChunkingConfig(sentence_window=1), words)
+    chunks = chunker.chunk(doc("s.txt"), "t", ParsedDocument("Title", " ".join(SENTENCES), 0))
+    assert [c.focus for c in chunks] == SENTENCES, "one chunk per sentence, in order"
+    assert [c.chunk_index for c in chunks] == list(range(6))
+    assert chunks[0].text == " ".join(SENTENCES[:2])
+    assert chunks[3].text == " ".join(SENTENCES[2:5])
+    assert chunks[5].text == " ".join(SENTENCES[4:])
+    assert len({c.id for c in chunks}) == 6
+
+
+def test_a_window_chunk_id_depends_on_its_sentence_and_survives_an_unrelated_edit() -> None:
+    chunker = Chunker(ChunkingConfig(sentence_window=1), words)
+    short = chunker.chunk(doc("s.txt"), "t", ParsedDocument("", "Only one. And two.", 0))
+    assert short[0].text == short[1].text and short[0].id != short[1].id, "same window, two sentences"
+    before = chunker.chunk(doc("s.txt"), "t", ParsedDocument("", " ".join(SENTENCES), 0))
+    edited = chunker.chunk(doc("s.txt"), "t", ParsedDocument("", " ".join([*SENTENCES[:5], "A new end."]), 0))
+    assert [c.id for c in before[:4]] == [c.id for c in edited[:4]], "windows away from the edit keep their ids"
+    assert before[4].id != edited[4].id and before[5].id != edited[5].id
+    plain = Chunker(ChunkingConfig(), words).chunk(doc("s.txt"), "t", ParsedDocument("", " ".join(SENTENCES), 0))
+    assert all(c.focus == "" for c in plain) and not {c.id for c in plain} & {c.id for c in before}
+
+
+def test_the_window_is_recorded_in_the_chunker_fingerprint() -> None:
+    assert ChunkingConfig(sentence_window=2).fingerprint() == "window:2:md=1"
+    assert ChunkingConfig().fingerprint() == "sentence:256:32:md=1"

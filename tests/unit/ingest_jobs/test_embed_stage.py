@@ -49,6 +49,23 @@ def test_the_dense_arm_embeds_the_configured_passage_text() -> None:
             EmbeddingConfig(passage_template=bad)
 
 
+def test_a_sentence_window_is_embedded_as_its_sentence() -> None:
+    """Sentence-window retrieval: the vector is the sentence's (`focus`), the stored text the window; a chunk
+    without a focus (ordinary chunking in the same batch shape) embeds its text."""
+    embedder = HashEmbedder(dim=8)
+    resolve = VectorResolver(embedder, None, DictEmbeddingCache(), EmbeddingConfig().passage_text)
+    batch = {
+        "id": np.array(["a", "b"]),
+        "text": np.array(["One. Two. Three.", "A chunk."]),
+        "focus": np.array(["Two.", ""]),
+        "title": np.array(["", ""]),
+        "section": np.array(["", ""]),
+    }
+    out = resolve(batch)
+    assert embedder.calls == [["Two.", "A chunk."]]
+    assert out["text"].tolist() == ["One. Two. Three.", "A chunk."]
+
+
 def test_a_collection_records_its_passage_template_and_vectors_are_reused_only_under_the_same_one() -> None:
     plain = CollectionIdentity("m", 8, "c", "b", "w")
     contextual = CollectionIdentity("m", 8, "c", "b", "w", "{context}: {text}")
