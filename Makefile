@@ -10,7 +10,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention eval-answers eval-chunks eval-dense-models calibrate-support lint bench-ingest loadtest clean
+.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention eval-answers eval-chunks eval-windows eval-dense-models calibrate-support lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -114,6 +114,19 @@ eval-chunks: setup
 	    --dataset ../shared/data/scifact --split train --pipeline dense,bm25,hybrid \
 	    --output $(CHUNK_DIR)/size_$${size}_$${overlap}.json > /dev/null || exit 1; done
 	$(PY) -m evals.chunk_sweep $(CHUNK_DIR)/report.md $(CHUNK_DIR)/size_*.json
+
+# Sentence-window retrieval on TRAIN (retrieval only) beside the default chunks, one collection per window size;
+# every size embeds the same sentences, so the runs after the first take their vectors from the shared cache.
+WINDOWS ?= 1 2 3
+WINDOW_DIR := .ragc/eval/windows
+eval-windows: setup
+	@mkdir -p $(WINDOW_DIR)
+	HF_HUB_OFFLINE=1 $(RAGC) eval --dataset ../shared/data/scifact --split train --pipeline dense,bm25,hybrid \
+	  --output $(WINDOW_DIR)/chunks.json > /dev/null
+	for w in $(WINDOWS); do \
+	  HF_HUB_OFFLINE=1 RAGC_CHUNKING__SENTENCE_WINDOW=$$w $(RAGC) eval --dataset ../shared/data/scifact \
+	    --split train --pipeline dense,bm25,hybrid --output $(WINDOW_DIR)/window_$$w.json > /dev/null || exit 1; done
+	$(PY) -m evals.chunk_sweep $(WINDOW_DIR)/report.md $(WINDOW_DIR)/chunks.json $(WINDOW_DIR)/window_*.json
 
 # The packaged dense models on TRAIN (retrieval only), each into a collection of its own; mpnet embeds the
 # corpus from scratch (~25 min on 2 cores with native bf16).

@@ -43,6 +43,12 @@ def variant(result: dict[str, Any]) -> str:
     return f"{dense_model(result)}, chunk size {chunking['chunk_size']}, overlap {chunking['chunk_overlap']}"
 
 
+def vector_mb(result: dict[str, Any]) -> str:
+    """The raw float32 vectors (the HNSW graph and the stored text come on top)."""
+    embedding = result.get("embedding")
+    return f"{result['ingest']['chunks_total'] * embedding['dim'] * 4 / 1e6:.1f}" if embedding else "-"
+
+
 def best_size(results: list[dict[str, Any]], pipeline: str, metric: str = "ndcg@10") -> dict[str, Any]:
     return max(results, key=lambda r: r["pipelines"][pipeline][metric])
 
@@ -50,7 +56,7 @@ def best_size(results: list[dict[str, Any]], pipeline: str, metric: str = "ndcg@
 def table(results: list[dict[str, Any]]) -> str:
     pipelines = list(dict.fromkeys(p for r in results for p in r["pipelines"]))
     shown = [m for m in METRICS if m in ("ndcg@10", "recall@100")]
-    head = ["dense model", "chunk size / overlap", "vectors", "embedded this run", "ingest s"]
+    head = ["dense model", "chunks", "vectors", "vector MB", "embedded this run", "ingest s"]
     head += [f"{p} {m}" for p in pipelines for m in shown]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in results:
@@ -59,6 +65,7 @@ def table(results: list[dict[str, Any]]) -> str:
             dense_model(r),
             chunks(chunking),
             str(ingest["chunks_total"]),
+            vector_mb(r),
             str(ingest["chunks_embedded"]),
             f"{ingest['seconds']:.0f}",
         ]
