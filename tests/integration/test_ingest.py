@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pymilvus import MilvusClient
@@ -48,6 +49,24 @@ def rows_of(cfg: RagcConfig, tenant: str, doc_id: str | None = None) -> list[dic
     return client.query(
         cfg.milvus.collection, filter=all_of(*clauses), output_fields=["id", "doc_id", "text"], limit=10000
     )
+
+
+def doc_rows(cfg: RagcConfig, doc_id: str, *fields: str) -> list[dict]:
+    """Tenant acme's rows of one document, in chunk order."""
+    rows = connect(cfg).query(
+        cfg.milvus.collection,
+        filter=all_of(eq("tenant_id", "acme"), eq("doc_id", doc_id)),
+        output_fields=["chunk_index", *fields],
+    )
+    return sorted(rows, key=lambda r: r["chunk_index"])
+
+
+def stored_cosine(row: dict, embedder: Any, text: str) -> float:
+    """The stored vector of a row against the embedder's vector of `text` (both unit length)."""
+    import numpy as np
+
+    stored = np.asarray(row["embedding"], dtype=np.float32)
+    return float(stored @ np.asarray(embedder.embed([text])[0], dtype=np.float32))
 
 
 def test_first_run_then_rerun_embeds_nothing(cfg: RagcConfig, tmp_path: Path) -> None:
@@ -233,10 +252,7 @@ def test_the_packaged_mpnet_model_ingests_and_searches_at_its_own_width(cfg: Rag
     active = Collections(connect(cfg), mpnet).active()
     assert active is not None
     assert (active.identity.model_id, active.identity.dim) == ("sentence-transformers/all-mpnet-base-v2", 768)
-    (row,) = connect(cfg).query(
-        cfg.milvus.collection, filter=eq("doc_id", "edits.txt"), output_fields=["embedding"], limit=1
-    )
-    assert len(row["embedding"]) == 768
+    assert {len(row["embedding"]) for row in doc_rows(cfg, "edits.txt", "embedding")} == {768}
     dense = HybridRetriever(mpnet).search_arms("acme", "What is embedded again after an edit?").results["dense"]
     assert dense and dense[0].doc_id == "edits.txt", [h.doc_id for h in dense]
     with pytest.raises(CollectionMismatchError, match="reindex"):
@@ -246,8 +262,6 @@ def test_the_packaged_mpnet_model_ingests_and_searches_at_its_own_width(cfg: Rag
 def test_sentence_windows_store_the_window_search_by_the_sentence_and_need_a_reindex(
     cfg: RagcConfig, tmp_path: Path
 ) -> None:
-    import numpy as np
-
     from cluster.models import SentenceTransformerEmbedder
     from serve.stages.retrieve import HybridRetriever
 
@@ -255,19 +269,13 @@ def test_sentence_windows_store_the_window_search_by_the_sentence_and_need_a_rei
     windows = cfg.model_copy(deep=True)
     windows.chunking.sentence_window = 1
     report = run_sync(windows, corpus, "acme")
-    rows = connect(cfg).query(
-        cfg.milvus.collection,
-        filter=all_of(eq("tenant_id", "acme"), eq("doc_id", "edits.txt")),
-        output_fields=["text", "chunk_index", "embedding"],
-    )
-    rows.sort(key=lambda r: r["chunk_index"])
+    rows = doc_rows(cfg, "edits.txt", "text", "embedding")
     sentences = [s.strip() + "." for s in DOCS["edits.txt"].rstrip(".").split(". ")]
     assert len(rows) == len(sentences) == 3, [r["text"] for r in rows]
     assert rows[0]["text"] == " ".join(sentences[:2]) and rows[1]["text"] == DOCS["edits.txt"]
     embedder = SentenceTransformerEmbedder(cfg.embedding)
     for row, sentence in zip(rows, sentences, strict=True):  # the vector is the sentence's, not the window's
-        stored = np.asarray(row["embedding"], dtype=np.float32)
-        assert float(stored @ np.asarray(embedder.embed([sentence])[0], dtype=np.float32)) > 0.999
+        assert stored_cosine(row, embedder, sentence) > 0.999
     assert report.chunks_total == len(rows_of(cfg, "acme")) > len(DOCS)
     dense = HybridRetriever(windows).search_arms("acme", sentences[2]).results["dense"]
     assert dense[0].doc_id == "edits.txt" and dense[0].text == " ".join(sentences[1:]), dense[0].text
@@ -278,26 +286,19 @@ def test_sentence_windows_store_the_window_search_by_the_sentence_and_need_a_rei
 def test_the_dense_arm_embeds_the_passage_template_and_a_new_template_needs_a_reindex(
     cfg: RagcConfig, tmp_path: Path
 ) -> None:
-    import numpy as np
-
     from cluster.models import SentenceTransformerEmbedder
 
     corpus = make_corpus(tmp_path / "docs")
     contextual = cfg.model_copy(deep=True)
     contextual.embedding.passage_template = "{context}: {text}"
     run_sync(contextual, corpus, "acme")
-    rows = connect(cfg).query(
-        cfg.milvus.collection,
-        filter=all_of(eq("tenant_id", "acme"), eq("doc_id", "tenancy.md")),
-        output_fields=["text", "title", "section", "embedding"],
-    )
+    rows = doc_rows(cfg, "tenancy.md", "text", "title", "section", "embedding")
     embedder = SentenceTransformerEmbedder(cfg.embedding)
     row = next(r for r in rows if r["section"])
     meant = contextual.embedding.passage_text(row["title"], row["section"], row["text"])
     assert meant.startswith(f"{row['title']} > {row['section']}: ")
-    stored = np.asarray(row["embedding"], dtype=np.float32)
-    assert float(stored @ np.asarray(embedder.embed([meant])[0], dtype=np.float32)) > 0.999
-    assert float(stored @ np.asarray(embedder.embed([row["text"]])[0], dtype=np.float32)) < 0.99
+    assert stored_cosine(row, embedder, meant) > 0.999
+    assert stored_cosine(row, embedder, row["text"]) < 0.99
     with pytest.raises(CollectionMismatchError, match="passage_template"):
         run_sync(cfg, corpus, "acme")
     rebuilt = run_reindex(cfg)  # back to the bare text: nothing of the contextual vectors is reused
