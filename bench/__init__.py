@@ -29,6 +29,10 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.tracing import bench_tracing
 
         return bench_tracing(cfg, args.dataset, args.limit, args.clients or 16, args.duration)
+    if args.target == "embed":
+        from bench.dense_models import bench_embed
+
+        return bench_embed(cfg, args.dataset, args.limit)
     if args.target == "rerank":
         from bench.rerank_batching import bench_rerank
 

@@ -326,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    bench.add_argument("target", choices=["ingest", "query", "cache", "llm", "tracing", "profile", "prefix", "rerank"])
+    targets = ["ingest", "query", "cache", "llm", "tracing", "profile", "prefix", "rerank", "embed"]
+    bench.add_argument("target", choices=targets)
     bench.add_argument(
         "--dataset",
         type=Path,
