@@ -91,7 +91,8 @@ def _sync_human(s: dict[str, Any]) -> str:
         f"tenant {s['tenant']}, source {s['source']}: added {s['added']}, changed {s['changed']}, "
         f"unchanged {s['unchanged']}, "
         f"deleted {s['deleted']}, failed {s['failed']}",
-        f"chunks embedded {s['chunks_embedded']}, upserted {s['chunks_upserted']}, total {s['chunks_total']} "
+        f"chunks embedded {s['chunks_embedded']}, enriched {s['chunks_enriched']}, upserted {s['chunks_upserted']}, "
+        f"total {s['chunks_total']} "
         f"({s['chunks_per_s']} chunks/s, {s['seconds']}s); index version {s['index_version']}",
     ]
     lines += [f"  failed: {f['doc_id']}: {f['reason']}" for f in s["failures"]]

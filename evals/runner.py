@@ -63,9 +63,8 @@ class EvalRequest:
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
     """The dataset's evaluation collection; chunked otherwise than by default (`..._c128o16`, sentence windows
-    `..._w2`) or embedded by
-    another model (`..._all_mpnet_base_v2`), a collection of its own, so that a sweep keeps every variant and
-    re-embeds only chunks it has not seen."""
+    `..._w2`), embedded by another model (`..._all_mpnet_base_v2`) or enriched (`..._q3`), a collection of its
+    own, so that a sweep keeps every variant and re-embeds only chunks it has not seen."""
     out = cfg.model_copy(deep=True)
     name = EVAL_COLLECTION_PREFIX + _identifier(dataset.resolve().name)
     chunking = cfg.chunking
@@ -77,6 +76,8 @@ def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
         name += "" if chunking.markdown_headers else "_nomd"
     if cfg.embedding.model_id != EmbeddingConfig().model_id:
         name += "_" + _identifier(cfg.embedding.model_id.rsplit("/", 1)[-1])
+    if cfg.ingest.enrichment.questions:
+        name += f"_q{cfg.ingest.enrichment.questions}"
     out.milvus.collection = name
     return out
 
@@ -104,6 +105,7 @@ def sibling_eval_collections(cfg: RagcConfig) -> tuple[str, ...]:
     (same document ids and texts, hence the same chunk ids) reuses their vectors instead of embedding."""
     from cluster.store.client import connect
     from cluster.store.collections import Collections, ledger_name
+    from ingest_jobs.enrich_stage import ENRICHMENT_SUFFIX
     from ingest_jobs.reindex import same_vectors
 
     collections = Collections(connect(cfg), cfg)
@@ -112,7 +114,9 @@ def sibling_eval_collections(cfg: RagcConfig) -> tuple[str, ...]:
     names = [
         n
         for n in collections.client.list_collections()
-        if n.startswith(EVAL_COLLECTION_PREFIX) and n not in own and not n.endswith(ledger_name(""))
+        if n.startswith(EVAL_COLLECTION_PREFIX)
+        and n not in own
+        and not n.endswith((ledger_name(""), ENRICHMENT_SUFFIX))
     ]
     reusable = tuple(n for n in names if same_vectors(collections.identity_of(n), wanted))
     for name in reusable:
@@ -316,6 +320,7 @@ def run_eval(cfg: RagcConfig, req: EvalRequest) -> dict[str, Any]:
             result["abstention"] = abstention_section(runner, req, eval_set, ecfg)
     result["chunking"] = cfg.chunking.model_dump()
     result["embedding"] = {"model_id": cfg.embedding.model_id, "dim": cfg.embedding.dim}
+    result["enrichment"] = cfg.enrichment_fingerprint()
     result["default_pipeline"] = default_pipeline(cfg)
     result["similarity_floor"] = cfg.serve.retrieve.similarity_floor
     result["reranker"] = cfg.serve.rerank.model

@@ -12,6 +12,7 @@ from cluster.ray_runtime import ensure_ray
 from ingest_jobs.chunking import Chunker, model_tokenizer
 from ingest_jobs.documents import Failure, SourceDocument
 from ingest_jobs.embed_stage import ChunkEmbedder, embed_pool
+from ingest_jobs.enrich_stage import ENRICHED, QUESTIONS_COLUMN, ChunkEnricher
 from ingest_jobs.loaders import ParseError, parse
 from ingest_jobs.sink import MilvusChunkSink, SinkStats
 
@@ -30,6 +31,8 @@ EMPTY_ROW: dict[str, Any] = {
     "chunk_index": 0,
     "content_hash": "",
     "focus": "",
+    QUESTIONS_COLUMN: "",
+    ENRICHED: False,
     ERROR_COLUMN: "",
 }
 
@@ -50,6 +53,24 @@ def parse_and_chunk(row: dict[str, Any], chunking: ChunkingConfig, model: str, t
     if not chunks:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: "no text content"}]
     return [EMPTY_ROW | vars(chunk) for chunk in chunks]
+
+
+def enriched(chunked: Any, cfg: RagcConfig) -> Any:
+    """The chunks with the questions enrichment wrote for them (`ingest.enrichment`), or as they are."""
+    import ray.data
+
+    enrichment = cfg.ingest.enrichment
+    if not enrichment.questions:
+        return chunked
+    return chunked.map_batches(
+        ChunkEnricher,
+        fn_constructor_kwargs={"config": cfg.model_dump(mode="json")},
+        compute=ray.data.ActorPoolStrategy(size=enrichment.actors, max_tasks_in_flight_per_actor=1),
+        batch_size=enrichment.batch_rows,
+        batch_format="numpy",
+        num_cpus=enrichment.cpus_per_actor,
+        num_gpus=enrichment.gpus_per_actor or None,
+    )
 
 
 def embed_and_write(
@@ -87,7 +108,8 @@ def embed_and_write(
         )
     sink = MilvusChunkSink(cfg.model_dump(mode="json"), collection)
     (
-        chunked.map_batches(
+        enriched(chunked, cfg)
+        .map_batches(
             ChunkEmbedder,
             fn_constructor_kwargs={
                 "config": actor_cfg.model_dump(mode="json"),
@@ -104,7 +126,8 @@ def embed_and_write(
             num_gpus=pool.num_gpus,
             num_cpus=pool.num_cpus,
             scheduling_strategy="SPREAD",  # one model per node before a second on any: a lost node costs less
-        ).write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
+        )
+        .write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
     )
     outcome.stats = sink.stats
     return outcome

@@ -16,6 +16,7 @@ from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
 from cluster.store.schema import ChunkFields
 from ingest_jobs.embed_stage import EMBEDDED_ON
+from ingest_jobs.enrich_stage import ENRICHED, QUESTIONS_COLUMN
 
 
 class InjectedFaultError(RuntimeError):
@@ -27,14 +28,15 @@ class SinkStats:
     upserted: int = 0
     embedded: int = 0
     by_node: dict[str, int] = field(default_factory=dict)  # rows upserted per embedding node
+    enriched: int = 0  # chunks whose questions the enrichment stage wrote in this job
 
     @classmethod
     def total(cls, parts: Iterable[SinkStats]) -> SinkStats:
-        upserted, embedded, by_node = 0, 0, Counter[str]()
+        upserted, embedded, enriched, by_node = 0, 0, 0, Counter[str]()
         for part in parts:
-            upserted, embedded = upserted + part.upserted, embedded + part.embedded
+            upserted, embedded, enriched = upserted + part.upserted, embedded + part.embedded, enriched + part.enriched
             by_node.update(part.by_node)
-        return cls(upserted, embedded, dict(by_node))
+        return cls(upserted, embedded, dict(by_node), enriched)
 
 
 STORED_COLUMNS = (
@@ -58,7 +60,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
         client = connect(cfg)
         batch_size = cfg.ingest.upsert_batch_size
         fail_after = cfg.ingest.faults.fail_after_batches
-        upserted = embedded = batches = 0
+        upserted = embedded = enriched = batches = 0
         by_node = Counter[str]()
         try:
             for block in blocks:
@@ -71,11 +73,12 @@ class MilvusChunkSink(Datasink[SinkStats]):
                     client.upsert(self._collection, [_milvus_row(r, stemmer) for r in part])
                     upserted += len(part)
                     embedded += sum(bool(r["embedded"]) for r in part)
+                    enriched += sum(bool(r[ENRICHED]) for r in part)
                     by_node.update(str(r[EMBEDDED_ON]) for r in part)
                     batches += 1
         finally:
             client.close()
-        return SinkStats(upserted, embedded, dict(by_node))
+        return SinkStats(upserted, embedded, dict(by_node), enriched)
 
     def on_write_complete(self, write_result: WriteResult[SinkStats]) -> None:
         self.stats = SinkStats.total(write_result.write_returns)
@@ -91,5 +94,6 @@ def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:
             value = value.item()
         out[column] = value
     f = ChunkFields
-    out[f.BM25_TEXT] = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer)
+    questions = str(row[QUESTIONS_COLUMN])
+    out[f.BM25_TEXT] = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, questions)
     return out

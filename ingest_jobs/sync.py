@@ -39,6 +39,7 @@ class SyncReport:
     deleted: int = 0
     failed: int = 0
     chunks_embedded: int = 0
+    chunks_enriched: int = 0  # chunks whose questions were written (ingest.enrichment), not found stored
     chunks_upserted: int = 0
     chunks_total: int = 0
     chunks_by_node: dict[str, int] = field(default_factory=dict)
@@ -69,6 +70,7 @@ class SyncReport:
             "listed": self.listed,
             "read": self.read,
             "chunks_embedded": self.chunks_embedded,
+            "chunks_enriched": self.chunks_enriched,
             "chunks_upserted": self.chunks_upserted,
             "chunks_total": self.chunks_total,
             "chunks_by_node": self.chunks_by_node,
@@ -158,6 +160,7 @@ def sync_into(
     report.added = sum(doc.doc_id in new_ids for doc in landed)
     report.changed = len(landed) - report.added
     report.chunks_embedded, report.chunks_upserted = outcome.stats.embedded, outcome.stats.upserted
+    report.chunks_enriched = outcome.stats.enriched
     report.chunks_by_node = outcome.stats.by_node
 
     _fault_point(cfg, "before_prune")

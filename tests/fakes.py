@@ -71,6 +71,31 @@ class DictStoredVectors:
         return {i: self.vectors[i] for i in ids if i in self.vectors}
 
 
+class DictQuestionStore:
+    """`ingest_jobs.enrich_stage.QuestionStore` in a dict: chunk id -> (tenant, questions)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, str]] = {}
+
+    def lookup(self, chunk_ids: list[str]) -> dict[str, str]:
+        return {i: self.rows[i][1] for i in chunk_ids if i in self.rows}
+
+    def store(self, tenants: list[str], chunk_ids: list[str], questions: list[str]) -> None:
+        self.rows |= {i: (t, q) for t, i, q in zip(tenants, chunk_ids, questions, strict=True)}
+
+
+class EchoQuestionWriter:
+    """`ingest_jobs.enrich_stage.QuestionWriter` that asks about each chunk's first word, numbered as a model
+    numbers them; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def write(self, texts: list[str]) -> list[str]:
+        self.calls.append(texts)
+        return [f"1. What is {t.split()[0]} about?\n2. Why does {t.split()[0]} matter?" for t in texts]
+
+
 REWRITE_COST = Usage.of(40, 9)  # what the fake engine reports for a rewrite and for an answer
 ANSWER_COST = Usage.of(300, 3)
 

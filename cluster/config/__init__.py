@@ -11,7 +11,7 @@ from cluster.config.base import (
     Section,
 )
 from cluster.config.embedding import ChunkingConfig, EmbeddingConfig
-from cluster.config.ingest import IngestConfig, IngestFaults
+from cluster.config.ingest import EnrichmentConfig, IngestConfig, IngestFaults
 from cluster.config.runtime import LocalConfig, RayConfig
 from cluster.config.serve import (
     EQUALITY_OPS,
@@ -62,6 +62,7 @@ __all__ = [
     "ChunkingConfig",
     "DeploymentConfig",
     "EmbeddingConfig",
+    "EnrichmentConfig",
     "FilterField",
     "FilterOp",
     "IngestConfig",

@@ -22,6 +22,28 @@ class IngestFaults(Section):
     )
 
 
+PROMPT_VERSION = "q1"  # ingest_jobs/enrich_stage.py's prompt; a new prompt is a new version
+
+
+class EnrichmentConfig(Section):
+    """doc2query at ingest: an LLM writes questions each chunk answers, and they join the chunk's BM25
+    document (never its text, which citations and answers read). Generated once per chunk and engine, kept by
+    chunk id: an unchanged chunk is never enriched again, not even by a reindex."""
+
+    questions: int = Field(default=0, ge=0, le=10, description="questions generated per chunk; 0 = off")
+    engine: str = Field(default="default", description="the serve.llm.engines entry whose model writes them")
+    max_tokens: int = Field(default=96, gt=0, le=512, description="tokens generated per chunk")
+    chunk_max_chars: int = Field(default=1500, gt=0, description="a longer chunk is cut to this before the prompt")
+    batch_rows: int = Field(default=64, gt=0, description="chunks per enrichment-actor call (one engine batch)")
+    actors: int = Field(default=1, ge=1, description="enrichment actors, one engine each")
+    cpus_per_actor: float = Field(default=1.0, ge=0, description="CPUs an enrichment actor reserves")
+    gpus_per_actor: float = Field(default=0.0, ge=0, description="GPUs an enrichment actor reserves; 0 = CPU")
+
+    def fingerprint(self, model: str) -> str:
+        """Recorded in the collection's BM25 scheme; "" when off (collections from before it stay valid)."""
+        return f"questions:{self.questions}:{model}:{PROMPT_VERSION}" if self.questions else ""
+
+
 class IngestConfig(Section):
     parse_blocks: int = Field(default=0, ge=0, description="blocks for parse+chunk tasks; 0 = 2 x CPUs")
     embed_batch_rows: int = Field(
@@ -55,4 +77,5 @@ class IngestConfig(Section):
         ge=0,
         description="how long a second ingest of a busy tenant waits before it exits with who holds it",
     )
+    enrichment: EnrichmentConfig = Field(default_factory=EnrichmentConfig)
     faults: IngestFaults = Field(default_factory=IngestFaults)

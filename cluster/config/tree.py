@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -44,6 +44,21 @@ class RagcConfig(Section):
     local: LocalConfig = Field(default_factory=LocalConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
     train_reranker: RerankTrainingConfig = Field(default_factory=RerankTrainingConfig)
+
+    @model_validator(mode="after")
+    def _enrichment_engine_exists(self) -> RagcConfig:
+        enrichment = self.ingest.enrichment
+        if enrichment.questions and enrichment.engine not in self.serve.llm.engines:
+            known = ", ".join(sorted(self.serve.llm.engines))
+            raise ValueError(f"ingest.enrichment.engine {enrichment.engine!r} is not in serve.llm.engines ({known})")
+        return self
+
+    def enrichment_fingerprint(self) -> str:
+        """What generated the chunks' questions ("" = none), as the collection records it."""
+        enrichment = self.ingest.enrichment
+        if not enrichment.questions:
+            return ""
+        return enrichment.fingerprint(self.serve.llm.engines[enrichment.engine].model)
 
 
 class _Environment(EnvSettingsSource):

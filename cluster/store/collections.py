@@ -50,7 +50,8 @@ class Collections:
         self._cfg = cfg
 
     def wanted_identity(self) -> CollectionIdentity:
-        return CollectionIdentity.from_config(self._cfg.embedding, self._cfg.chunking, self._cfg.milvus)
+        cfg = self._cfg
+        return CollectionIdentity.from_config(cfg.embedding, cfg.chunking, cfg.milvus, cfg.enrichment_fingerprint())
 
     def resolve(self) -> str | None:
         pymilvus_logger = logging.getLogger("pymilvus")

@@ -66,13 +66,14 @@ class CollectionIdentity:
 
     @classmethod
     def from_config(
-        cls, embedding: EmbeddingConfig, chunking: ChunkingConfig, milvus: MilvusConfig
+        cls, embedding: EmbeddingConfig, chunking: ChunkingConfig, milvus: MilvusConfig, enrichment: str = ""
     ) -> CollectionIdentity:
+        """`enrichment`: what writes the chunks' questions (`RagcConfig.enrichment_fingerprint`)."""
         return cls(
             embedding.model_id,
             embedding.dim,
             chunking.fingerprint(),
-            bm25_scheme(milvus.bm25_stemmer),
+            bm25_scheme(milvus.bm25_stemmer, enrichment),
             weights_fingerprint(embedding.model),
             embedding.passage_template,
         )

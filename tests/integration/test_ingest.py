@@ -306,6 +306,48 @@ def test_the_dense_arm_embeds_the_passage_template_and_a_new_template_needs_a_re
     assert run_sync(cfg, corpus, "acme").unchanged == len(DOCS)
 
 
+def test_enrichment_puts_written_questions_in_the_bm25_document_once_per_chunk(cfg: RagcConfig, tmp_path: Path) -> None:
+    """doc2query with the packaged LLM on vLLM, as a Ray Data stage: every chunk's BM25 document gains the
+    questions written for it (its text does not), a word only the questions hold finds the chunk through the
+    BM25 arm, and a reindex writes no question again (and starts no engine: an edit is the unit tests')."""
+    from cluster.store.bm25_text import bm25_text, chunk_bm25_text
+    from ingest_jobs.enrich_stage import StoredQuestions, enrichment_collection
+    from serve.stages.retrieve import HybridRetriever
+
+    corpus = make_corpus(tmp_path / "docs")
+    enriched = cfg.model_copy(deep=True)
+    enriched.ingest.enrichment.questions = 2
+    first = run_sync(enriched, corpus, "acme")
+    assert first.chunks_enriched == first.chunks_upserted == first.chunks_total > 0
+    rows = connect(cfg).query(
+        cfg.milvus.collection,
+        filter=eq("tenant_id", "acme"),
+        output_fields=["id", "doc_id", "text", "title", "section", "bm25_text"],
+    )
+    stored = StoredQuestions(
+        connect(cfg), enrichment_collection(cfg.milvus.collection), enriched.enrichment_fingerprint()
+    ).lookup([r["id"] for r in rows])
+    assert set(stored) == {r["id"] for r in rows} and sum(bool(q) for q in stored.values()) > len(rows) // 2, stored
+    stemmer = cfg.milvus.bm25_stemmer
+    base = {r["id"]: chunk_bm25_text(r["title"], r["section"], r["text"], stemmer) for r in rows}
+    for row in rows:
+        questions = stored[row["id"]]
+        assert row["bm25_text"] == chunk_bm25_text(row["title"], row["section"], row["text"], stemmer, questions)
+        assert not any(q in row["text"] for q in stored[row["id"]].splitlines())  # the text stays as written
+    corpus_words = {w for doc in base.values() for w in doc.split()}
+    only_asked = sorted((w, row["id"]) for row in rows for w in row["bm25_text"].split() if w not in corpus_words)
+    assert only_asked, "the questions added no word of their own"
+    word, chunk = only_asked[0]
+    bm25 = HybridRetriever(enriched).search_arms("acme", word).results["bm25"]
+    assert chunk in {hit.chunk_id for hit in bm25}, (word, bm25)
+    assert all(word in bm25_text(stored[hit.chunk_id], stemmer).split() for hit in bm25), word
+
+    rebuilt = run_reindex(enriched)
+    assert sum(t.chunks_enriched for t in rebuilt.tenants) == 0 and sum(t.chunks_total for t in rebuilt.tenants) > 0
+    with pytest.raises(CollectionMismatchError, match="questions:2"):
+        run_sync(cfg, corpus, "acme")
+
+
 def perturbed_copy(reference: str, out: Path) -> Path:
     import shutil
 

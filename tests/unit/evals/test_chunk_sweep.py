@@ -40,7 +40,7 @@ def test_the_sweep_table_orders_sizes_and_names_the_best_on_hybrid(tmp_path: Pat
     text = out.read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith("| - |")]
     assert [row.split(" | ")[1] for row in rows] == ["128 / 16", "256 / 32", "384 / 48"]
-    assert "| - | 128 / 16 | 18000 | - | 9000 | 12 | 0.7000 | 0.9000 | 0.7500 | 0.9000 |" in text
+    assert "| - | 128 / 16 | - | 18000 | - | 9000 | 12 | 0.7000 | 0.9000 | 0.7500 | 0.9000 |" in text
     assert "Best hybrid nDCG@10: -, chunk size 128, overlap 16." in text
     assert main([str(out)]) == 2
 
@@ -59,8 +59,8 @@ def test_dense_models_get_collections_and_rows_of_their_own(tmp_path: Path) -> N
     assert main([str(out), *paths]) == 0
     text = out.read_text(encoding="utf-8")
     minilm, mpnet = (
-        "| all-MiniLM-L6-v2 (384-d) | 256 / 32 | 9636 | 14.8 |",
-        "| all-mpnet-base-v2 (768-d) | 256 / 32 | 9636 | 29.6 |",
+        "| all-MiniLM-L6-v2 (384-d) | 256 / 32 | - | 9636 | 14.8 |",
+        "| all-mpnet-base-v2 (768-d) | 256 / 32 | - | 9636 | 29.6 |",
     )
     assert text.index(minilm) < text.index(mpnet)
     assert "Best hybrid nDCG@10: all-mpnet-base-v2 (768-d), chunk size 256, overlap 32." in text
@@ -79,5 +79,20 @@ def test_sentence_windows_are_rows_of_their_own(tmp_path: Path) -> None:
     out = tmp_path / "report.md"
     assert main([str(out), *paths]) == 0
     text = out.read_text(encoding="utf-8")
-    assert text.index("| - | 256 / 32 | 9636 |") < text.index("| - | sentence window 2 | 44000 |")
+    assert text.index("| - | 256 / 32 | - | 9636 |") < text.index("| - | sentence window 2 | - | 44000 |")
     assert "Best hybrid nDCG@10: -, sentence window 2." in text
+
+
+def test_enriched_chunks_are_rows_of_their_own(tmp_path: Path) -> None:
+    cfg = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 3}}})
+    assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_q3"
+    enriched = result(256, 32, 0.76, 9636) | {"enrichment": cfg.enrichment_fingerprint()}
+    paths = []
+    for name, r in (("q", enriched), ("c", result(256, 32, 0.74, 9636))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(r))
+        paths.append(str(tmp_path / f"{name}.json"))
+    out = tmp_path / "report.md"
+    assert main([str(out), *paths]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert text.index("| - | 256 / 32 | - | 9636 |") < text.index("| - | 256 / 32 | 3 questions | 9636 |")
+    assert "Best hybrid nDCG@10: -, chunk size 256, overlap 32, 3 questions per chunk." in text
