@@ -140,8 +140,8 @@ eval-dense-models: setup
 	$(PY) -m evals.chunk_sweep $(DENSE_DIR)/report.md $(foreach m,$(DENSE_MODELS),$(DENSE_DIR)/$(m).json)
 
 eval-answers: setup
-	HF_HUB_OFFLINE=1 $(RAGC) eval-answers --dataset ../shared/data/inscit --output .ragc/eval/inscit_answers.json
-	HF_HUB_OFFLINE=1 $(RAGC) eval-answers --dataset ../shared/data/scifact --output .ragc/eval/scifact_answers.json
+	HF_HUB_OFFLINE=1 $(RAGC) eval-answers --dataset ../shared/data/inscit --dataset ../shared/data/scifact \
+	  --output '.ragc/eval/{dataset}_answers.json'
 
 # The answer check's support threshold: signals and thresholds on SciFact TRAIN claims (prints JSON).
 calibrate-support: setup

@@ -198,19 +198,32 @@ def cmd_eval(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 def cmd_eval_answers(cfg: RagcConfig, args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout ends with the JSON line
-    from evals.answer_eval import AnswerEvalRequest, run_eval_answers
+    from evals.answer_eval import AnswerEvalRequest, run_eval_answers_many
 
-    request = AnswerEvalRequest(
-        dataset=args.dataset,
-        split=args.split,
-        limit=args.limit,
-        mode=args.mode,
-        endpoint=args.endpoint,
-        api_key=args.api_key,
-        reranker=args.reranker,
-        output=args.output,
-    )
-    print(json.dumps(run_eval_answers(cfg, request), default=str))
+    datasets: list[Path] = args.dataset
+    names = [d.name for d in datasets]
+    if len(set(names)) < len(names):
+        raise ValueError(f"--dataset names a dataset twice: {', '.join(names)}")
+    if len(datasets) > 1 and args.output is not None and "{dataset}" not in str(args.output):
+        raise ValueError("with several --dataset, --output must hold {dataset} (e.g. out/{dataset}_answers.json)")
+    requests = [
+        AnswerEvalRequest(
+            dataset=dataset,
+            split=args.split,
+            limit=args.limit,
+            mode=args.mode,
+            endpoint=args.endpoint,
+            api_key=args.api_key,
+            reranker=args.reranker,
+            output=Path(str(args.output).replace("{dataset}", dataset.name)) if args.output else None,
+        )
+        for dataset in datasets
+    ]
+    results = run_eval_answers_many(cfg, requests)
+    if len(results) == 1:
+        print(json.dumps(results[0], default=str))
+    else:  # the last line holds every dataset's result, keyed by its name
+        print(json.dumps({"datasets": {r["dataset"]: r for r in results}}, default=str))
     return EXIT_OK
 
 
@@ -394,14 +407,24 @@ def build_parser() -> argparse.ArgumentParser:
     answers = sub.add_parser(
         "eval-answers", parents=[common], help="answer quality against human answers: extractive, LLM, served"
     )
-    answers.add_argument("--dataset", type=Path, required=True, help="BEIR layout; answers.jsonl when it has them")
+    answers.add_argument(
+        "--dataset",
+        type=Path,
+        required=True,
+        action="append",
+        help="BEIR layout; answers.jsonl when it has them. Several: asked in turn, the engines started once",
+    )
     answers.add_argument("--split", default="test", help="qrels split whose questions are asked")
     answers.add_argument("--limit", type=int, default=0, help="N questions spread evenly over the split; 0 = all")
     answers.add_argument("--mode", help="response mode (default: serve.synthesize.response_mode)")
     answers.add_argument("--reranker", help="cross-encoder path or id (default: serve.rerank.model)")
     answers.add_argument("--endpoint", help="ask a running service over HTTP (the served arm and extractive only)")
     answers.add_argument("--api-key", default=os.environ.get("RAGC_API_KEY"), help="with --endpoint")
-    answers.add_argument("--output", type=Path, help="write the JSON with every answer here, plus a markdown report")
+    answers.add_argument(
+        "--output",
+        type=Path,
+        help="write the JSON with every answer here, plus a markdown report ({dataset}: the dataset's name)",
+    )
     answers.set_defaults(func=cmd_eval_answers)
 
     variant = sub.add_parser(

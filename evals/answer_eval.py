@@ -240,47 +240,88 @@ def evaluate(
 
 
 def run_eval_answers(cfg: RagcConfig, req: AnswerEvalRequest) -> dict[str, Any]:
+    return run_eval_answers_many(cfg, [req])[0]
+
+
+def run_eval_answers_many(cfg: RagcConfig, reqs: list[AnswerEvalRequest]) -> list[dict[str, Any]]:
+    """One result per request (dataset); in process, every dataset is asked through one pipeline host, so the
+    engines start once."""
     from cluster.models import SentenceTransformerEmbedder
-    from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
-    from local.cluster import sidecars_running
     from serve.answer_check import EmbeddingSupport
 
-    if req.reranker:
+    first = reqs[0]
+    if first.reranker:
         cfg = cfg.model_copy(deep=True)
-        cfg.serve.rerank.model = req.reranker
-    questions = load_answer_set(req.dataset, req.split, req.limit)
-    if req.mode == "no_text":
-        raise ValueError("mode no_text makes no answer to score: `ragc eval` scores retrieval")
-    if req.mode is not None and req.mode not in cfg.serve.synthesize.response_modes:
-        raise ValueError(
-            f"mode {req.mode!r} is not allowed; use one of: {', '.join(cfg.serve.synthesize.response_modes)}"
-        )
+        cfg.serve.rerank.model = first.reranker
+    question_sets = [load_answer_set(r.dataset, r.split, r.limit) for r in reqs]
+    for req in reqs:
+        _check_mode(cfg, req.mode)
     support = EmbeddingSupport(SentenceTransformerEmbedder(cfg.embedding))
     judge = Judge(support, cfg.serve.synthesize.check.min_support)
+    if first.endpoint:
+        return [_over_endpoint(cfg, req, questions, judge) for req, questions in zip(reqs, question_sets, strict=True)]
+    return _in_process(cfg, reqs, question_sets, judge, support)
+
+
+def _check_mode(cfg: RagcConfig, mode: str | None) -> None:
+    if mode == "no_text":
+        raise ValueError("mode no_text makes no answer to score: `ragc eval` scores retrieval")
+    if mode is not None and mode not in cfg.serve.synthesize.response_modes:
+        raise ValueError(f"mode {mode!r} is not allowed; use one of: {', '.join(cfg.serve.synthesize.response_modes)}")
+
+
+def _over_endpoint(
+    cfg: RagcConfig, req: AnswerEvalRequest, questions: list[AnswerQuestion], judge: Judge
+) -> dict[str, Any]:
+    assert req.endpoint is not None
+    started = time.perf_counter()
+    service = EndpointService(req.endpoint, req.api_key)
+    try:
+        results = evaluate(service, questions, cfg, req, judge, "endpoint")
+    finally:
+        service.close()
+    return _finish(cfg, req, results, started, {"endpoint": req.endpoint})
+
+
+def _in_process(
+    cfg: RagcConfig,
+    reqs: list[AnswerEvalRequest],
+    question_sets: list[list[AnswerQuestion]],
+    judge: Judge,
+    support: SupportScorer,
+) -> list[dict[str, Any]]:
+    from evals.runner import EVAL_TENANT, eval_collection, ingest_dataset
+    from local.cluster import sidecars_running
+
+    out: list[dict[str, Any]] = []
+    service: PipelineService | None = None
+    with sidecars_running(eval_collection(cfg, reqs[0].dataset)) as ephemeral:
+        try:
+            for req, questions in zip(reqs, question_sets, strict=True):
+                ecfg = eval_collection(cfg, req.dataset)
+                found: dict[str, Any] = {"ephemeral_cluster": ephemeral, "ingest": ingest_dataset(ecfg, req.dataset)}
+                if service is None:
+                    service = PipelineService.in_process(ecfg, EVAL_TENANT, support)
+                else:
+                    service.over_collection(ecfg)
+                started = time.perf_counter()
+                results = evaluate(service, questions, ecfg, req, judge, EVAL_TENANT)
+                out.append(_finish(cfg, req, results, started, found))
+        finally:
+            if service is not None:
+                service.close()
+    return out
+
+
+def _finish(
+    cfg: RagcConfig, req: AnswerEvalRequest, results: list[QuestionResult], started: float, found: dict[str, Any]
+) -> dict[str, Any]:
     result: dict[str, Any] = {
         "dataset": req.dataset.name,
         "split": req.split,
         "mode": req.mode or cfg.serve.synthesize.response_mode,
+        **found,
     }
-    started = time.perf_counter()
-    if req.endpoint:
-        service: AnswerService = EndpointService(req.endpoint, req.api_key)
-        try:
-            results = evaluate(service, questions, cfg, req, judge, "endpoint")
-        finally:
-            service.close()
-        result["endpoint"] = req.endpoint
-    else:
-        ecfg = eval_collection(cfg, req.dataset)
-        with sidecars_running(ecfg) as ephemeral:
-            result["ephemeral_cluster"] = ephemeral
-            result["ingest"] = ingest_dataset(ecfg, req.dataset)
-            service = PipelineService.in_process(ecfg, EVAL_TENANT, support)
-            started = time.perf_counter()
-            try:
-                results = evaluate(service, questions, ecfg, req, judge, EVAL_TENANT)
-            finally:
-                service.close()
     result |= summarize(results, time.perf_counter() - started)
     result["reranker"] = cfg.serve.rerank.model
     if req.output:

@@ -93,7 +93,9 @@ class PipelineService:
         from serve.pipeline import QueryPipeline
 
         self._synthesizer = RecordingSynthesizer(stages.synthesizer)
-        self._pipeline = QueryPipeline(cfg, replace(stages, synthesizer=self._synthesizer), None, answerability)
+        self._stages = replace(stages, synthesizer=self._synthesizer)
+        self._answerability = answerability
+        self._pipeline = QueryPipeline(cfg, self._stages, None, answerability)
         self._tenant = tenant
         self._engines = engines
         self._loop = asyncio.new_event_loop()
@@ -121,6 +123,15 @@ class PipelineService:
             SynthesizeStage(**SynthesizeStage.tree_args(cfg), llm=answering, support=support),
         )
         return cls(cfg.serve, stages, tenant, load_answerability(cfg.serve), tuple(engines.values()))
+
+    def over_collection(self, cfg: RagcConfig) -> None:
+        """Ask over another collection (another dataset's) from now on: a retrieve stage of its own, the same
+        engines, models and event loop (an engine is bound to the loop it first ran on)."""
+        from serve.pipeline import QueryPipeline
+        from serve.stages.retrieve import RetrieveStage
+
+        self._stages = replace(self._stages, retriever=RetrieveStage(**RetrieveStage.tree_args(cfg)))
+        self._pipeline = QueryPipeline(cfg.serve, self._stages, None, self._answerability)
 
     async def _ask(self, question: str, history: tuple[tuple[str, str], ...], mode: str | None) -> Served:
         turns = [Turn(role=role, content=text) for role, text in history]  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from cluster.ray_runtime import ensure_ray
 from ingest_jobs.chunking import Chunker, model_tokenizer
 from ingest_jobs.documents import Failure, SourceDocument
 from ingest_jobs.embed_stage import ChunkEmbedder, embed_pool
-from ingest_jobs.enrich_stage import ENRICHED, QUESTIONS_COLUMN, ChunkEnricher
+from ingest_jobs.enrich_stage import DOC_HEAD_COLUMN, ENRICHED, ENRICHMENT_COLUMN, ChunkEnricher
 from ingest_jobs.loaders import ParseError, parse
 from ingest_jobs.sink import MilvusChunkSink, SinkStats
 
@@ -31,8 +31,9 @@ EMPTY_ROW: dict[str, Any] = {
     "chunk_index": 0,
     "content_hash": "",
     "focus": "",
-    QUESTIONS_COLUMN: "",
+    ENRICHMENT_COLUMN: "",
     ENRICHED: False,
+    DOC_HEAD_COLUMN: "",
     ERROR_COLUMN: "",
 }
 
@@ -44,23 +45,28 @@ class PipelineOutcome:
     stats: SinkStats = field(default_factory=SinkStats)
 
 
-def parse_and_chunk(row: dict[str, Any], chunking: ChunkingConfig, model: str, tenant: str) -> list[dict[str, Any]]:
+def parse_and_chunk(
+    row: dict[str, Any], chunking: ChunkingConfig, model: str, tenant: str, head_chars: int = 0
+) -> list[dict[str, Any]]:
+    """`head_chars`: the start of the document each row carries for a summary (0: none)."""
     doc = SourceDocument.from_json(row["doc"])
     try:
-        chunks = Chunker(chunking, model_tokenizer(model)).chunk(doc, tenant, parse(doc))
+        parsed = parse(doc)
+        chunks = Chunker(chunking, model_tokenizer(model)).chunk(doc, tenant, parsed)
     except ParseError as exc:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: str(exc)}]
     if not chunks:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: "no text content"}]
-    return [EMPTY_ROW | vars(chunk) for chunk in chunks]
+    head = {DOC_HEAD_COLUMN: parsed.text[:head_chars]}
+    return [EMPTY_ROW | vars(chunk) | head for chunk in chunks]
 
 
 def enriched(chunked: Any, cfg: RagcConfig) -> Any:
-    """The chunks with the questions enrichment wrote for them (`ingest.enrichment`), or as they are."""
+    """The chunks with what enrichment wrote for them (`ingest.enrichment`), or as they are."""
     import ray.data
 
     enrichment = cfg.ingest.enrichment
-    if not enrichment.questions:
+    if not enrichment.enabled:
         return chunked
     return chunked.map_batches(
         ChunkEnricher,
@@ -84,7 +90,15 @@ def embed_and_write(
     items = [{"doc": doc.to_json()} for doc in docs]
     chunked = (
         ray.data.from_items(items, override_num_blocks=blocks)
-        .flat_map(partial(parse_and_chunk, chunking=cfg.chunking, model=cfg.embedding.model, tenant=tenant))
+        .flat_map(
+            partial(
+                parse_and_chunk,
+                chunking=cfg.chunking,
+                model=cfg.embedding.model,
+                tenant=tenant,
+                head_chars=cfg.ingest.enrichment.document_max_chars if cfg.ingest.enrichment.summary else 0,
+            )
+        )
         .materialize()
     )
     outcome = PipelineOutcome()

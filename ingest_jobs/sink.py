@@ -16,7 +16,7 @@ from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
 from cluster.store.schema import ChunkFields
 from ingest_jobs.embed_stage import EMBEDDED_ON
-from ingest_jobs.enrich_stage import ENRICHED, QUESTIONS_COLUMN
+from ingest_jobs.enrich_stage import ENRICHED, ENRICHMENT_COLUMN
 
 
 class InjectedFaultError(RuntimeError):
@@ -94,6 +94,6 @@ def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:
             value = value.item()
         out[column] = value
     f = ChunkFields
-    questions = str(row[QUESTIONS_COLUMN])
-    out[f.BM25_TEXT] = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, questions)
+    written = str(row[ENRICHMENT_COLUMN])
+    out[f.BM25_TEXT] = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, written)
     return out

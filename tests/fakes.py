@@ -71,29 +71,39 @@ class DictStoredVectors:
         return {i: self.vectors[i] for i in ids if i in self.vectors}
 
 
-class DictQuestionStore:
-    """`ingest_jobs.enrich_stage.QuestionStore` in a dict: chunk id -> (tenant, questions)."""
+class DictWrittenStore:
+    """`ingest_jobs.enrich_stage.WrittenStore` in a dict: key -> (tenant, text)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, tuple[str, str]] = {}
 
-    def lookup(self, chunk_ids: list[str]) -> dict[str, str]:
-        return {i: self.rows[i][1] for i in chunk_ids if i in self.rows}
+    def lookup(self, keys: list[str]) -> dict[str, str]:
+        return {k: self.rows[k][1] for k in keys if k in self.rows}
 
-    def store(self, tenants: list[str], chunk_ids: list[str], questions: list[str]) -> None:
-        self.rows |= {i: (t, q) for t, i, q in zip(tenants, chunk_ids, questions, strict=True)}
+    def store(self, tenants: list[str], keys: list[str], texts: list[str]) -> None:
+        self.rows |= {k: (t, x) for t, k, x in zip(tenants, keys, texts, strict=True)}
 
 
-class EchoQuestionWriter:
-    """`ingest_jobs.enrich_stage.QuestionWriter` that asks about each chunk's first word, numbered as a model
-    numbers them; records every call."""
+class EchoGenerator:
+    """`ingest_jobs.enrich_stage.TextGenerator` that answers from the prompt: two numbered questions about a
+    passage's first word, or "Summary: about <first word>" for a document; records every call's prompts."""
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
-    def write(self, texts: list[str]) -> list[str]:
-        self.calls.append(texts)
-        return [f"1. What is {t.split()[0]} about?\n2. Why does {t.split()[0]} matter?" for t in texts]
+    def generate(self, prompts: list[list[dict[str, str]]], max_tokens: list[int]) -> list[str]:
+        asked = [p[-1]["content"] for p in prompts]
+        self.calls.append(asked)
+        out = []
+        for text in asked:
+            kind, body = text.split(": ", 1)
+            word = body.split()[0]
+            out.append(
+                f"Summary: about {word}"
+                if kind == "Document"
+                else f"1. What is {word} about?\n2. Why does {word} matter?"
+            )
+        return out
 
 
 REWRITE_COST = Usage.of(40, 9)  # what the fake engine reports for a rewrite and for an answer

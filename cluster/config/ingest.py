@@ -26,11 +26,15 @@ PROMPT_VERSION = "q1"  # ingest_jobs/enrich_stage.py's prompt; a new prompt is a
 
 
 class EnrichmentConfig(Section):
-    """doc2query at ingest: an LLM writes questions each chunk answers, and they join the chunk's BM25
-    document (never its text, which citations and answers read). Generated once per chunk and engine, kept by
-    chunk id: an unchanged chunk is never enriched again, not even by a reindex."""
+    """Enrichment at ingest: an LLM writes the questions each chunk answers (doc2query) and/or a short summary
+    of each document, and they join the chunk's BM25 document (never its text, which citations and answers
+    read). Written once and kept by chunk id (a summary by document content): an unchanged chunk is never
+    enriched again, not even by a reindex."""
 
-    questions: int = Field(default=0, ge=0, le=10, description="questions generated per chunk; 0 = off")
+    questions: int = Field(default=0, ge=0, le=10, description="questions generated per chunk; 0 = none")
+    summary: bool = Field(default=False, description="a summary of each document, added to each of its chunks")
+    summary_max_tokens: int = Field(default=64, gt=0, le=512, description="tokens generated per summary")
+    document_max_chars: int = Field(default=2000, gt=0, description="the start of a document that is summarized")
     engine: str = Field(default="default", description="the serve.llm.engines entry whose model writes them")
     max_tokens: int = Field(default=96, gt=0, le=512, description="tokens generated per chunk")
     chunk_max_chars: int = Field(default=1500, gt=0, description="a longer chunk is cut to this before the prompt")
@@ -39,9 +43,16 @@ class EnrichmentConfig(Section):
     cpus_per_actor: float = Field(default=1.0, ge=0, description="CPUs an enrichment actor reserves")
     gpus_per_actor: float = Field(default=0.0, ge=0, description="GPUs an enrichment actor reserves; 0 = CPU")
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.questions or self.summary)
+
     def fingerprint(self, model: str) -> str:
         """Recorded in the collection's BM25 scheme; "" when off (collections from before it stay valid)."""
-        return f"questions:{self.questions}:{model}:{PROMPT_VERSION}" if self.questions else ""
+        if not self.enabled:
+            return ""
+        parts = ([f"questions:{self.questions}"] if self.questions else []) + (["summary"] if self.summary else [])
+        return f"{'+'.join(parts)}:{model}:{PROMPT_VERSION}"
 
 
 class IngestConfig(Section):

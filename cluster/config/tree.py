@@ -48,15 +48,15 @@ class RagcConfig(Section):
     @model_validator(mode="after")
     def _enrichment_engine_exists(self) -> RagcConfig:
         enrichment = self.ingest.enrichment
-        if enrichment.questions and enrichment.engine not in self.serve.llm.engines:
+        if enrichment.enabled and enrichment.engine not in self.serve.llm.engines:
             known = ", ".join(sorted(self.serve.llm.engines))
             raise ValueError(f"ingest.enrichment.engine {enrichment.engine!r} is not in serve.llm.engines ({known})")
         return self
 
     def enrichment_fingerprint(self) -> str:
-        """What generated the chunks' questions ("" = none), as the collection records it."""
+        """What wrote the chunks' questions and summaries ("" = none), as the collection records it."""
         enrichment = self.ingest.enrichment
-        if not enrichment.questions:
+        if not enrichment.enabled:
             return ""
         return enrichment.fingerprint(self.serve.llm.engines[enrichment.engine].model)
 

@@ -306,45 +306,48 @@ def test_the_dense_arm_embeds_the_passage_template_and_a_new_template_needs_a_re
     assert run_sync(cfg, corpus, "acme").unchanged == len(DOCS)
 
 
-def test_enrichment_puts_written_questions_in_the_bm25_document_once_per_chunk(cfg: RagcConfig, tmp_path: Path) -> None:
-    """doc2query with the packaged LLM on vLLM, as a Ray Data stage: every chunk's BM25 document gains the
-    questions written for it (its text does not), a word only the questions hold finds the chunk through the
-    BM25 arm, and a reindex writes no question again (and starts no engine: an edit is the unit tests')."""
-    from cluster.store.bm25_text import bm25_text, chunk_bm25_text
-    from ingest_jobs.enrich_stage import StoredQuestions, enrichment_collection
+def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_once(
+    cfg: RagcConfig, tmp_path: Path
+) -> None:
+    """Enrichment with the packaged LLM on vLLM, as a Ray Data stage: every chunk's BM25 document gains its
+    document's summary and the questions written for it (its text does not), a word only they hold finds the
+    chunk through the BM25 arm, and a reindex writes nothing again and starts no engine (an edit, the unit
+    tests)."""
+    from cluster.store.bm25_text import chunk_bm25_text
+    from ingest_jobs.enrich_stage import StoredEnrichment, enrichment_collection, question_key, summary_key
     from serve.stages.retrieve import HybridRetriever
 
     corpus = make_corpus(tmp_path / "docs")
     enriched = cfg.model_copy(deep=True)
-    enriched.ingest.enrichment.questions = 2
+    enriched.ingest.enrichment.questions, enriched.ingest.enrichment.summary = 2, True
     first = run_sync(enriched, corpus, "acme")
     assert first.chunks_enriched == first.chunks_upserted == first.chunks_total > 0
-    rows = connect(cfg).query(
-        cfg.milvus.collection,
-        filter=eq("tenant_id", "acme"),
-        output_fields=["id", "doc_id", "text", "title", "section", "bm25_text"],
-    )
-    stored = StoredQuestions(
-        connect(cfg), enrichment_collection(cfg.milvus.collection), enriched.enrichment_fingerprint()
-    ).lookup([r["id"] for r in rows])
-    assert set(stored) == {r["id"] for r in rows} and sum(bool(q) for q in stored.values()) > len(rows) // 2, stored
+    fields = ["id", "doc_id", "text", "title", "section", "content_hash", "bm25_text"]
+    rows = connect(cfg).query(cfg.milvus.collection, filter=eq("tenant_id", "acme"), output_fields=fields)
+    fingerprint = enriched.enrichment_fingerprint()
+    summaries = {r["doc_id"]: summary_key(fingerprint, "acme", r["doc_id"], r["content_hash"]) for r in rows}
+    questions = {r["id"]: question_key(fingerprint, r["id"]) for r in rows}
+    store = StoredEnrichment(connect(cfg), enrichment_collection(cfg.milvus.collection))
+    written = store.lookup([*summaries.values(), *questions.values()])
+    assert set(written) == {*summaries.values(), *questions.values()}, "a chunk or a document was not enriched"
+    assert sum(bool(written[k]) for k in questions.values()) > len(rows) // 2, written
+    assert all(written[k] for k in summaries.values()), written
     stemmer = cfg.milvus.bm25_stemmer
-    base = {r["id"]: chunk_bm25_text(r["title"], r["section"], r["text"], stemmer) for r in rows}
     for row in rows:
-        questions = stored[row["id"]]
-        assert row["bm25_text"] == chunk_bm25_text(row["title"], row["section"], row["text"], stemmer, questions)
-        assert not any(q in row["text"] for q in stored[row["id"]].splitlines())  # the text stays as written
-    corpus_words = {w for doc in base.values() for w in doc.split()}
+        added = "\n".join(x for x in (written[summaries[row["doc_id"]]], written[questions[row["id"]]]) if x)
+        assert row["bm25_text"] == chunk_bm25_text(row["title"], row["section"], row["text"], stemmer, added)
+        assert not any(q in row["text"] for q in added.splitlines())  # the text stays as written
+    base = [chunk_bm25_text(r["title"], r["section"], r["text"], stemmer) for r in rows]
+    corpus_words = {w for doc in base for w in doc.split()}
     only_asked = sorted((w, row["id"]) for row in rows for w in row["bm25_text"].split() if w not in corpus_words)
-    assert only_asked, "the questions added no word of their own"
+    assert only_asked, "enrichment added no word of its own"
     word, chunk = only_asked[0]
-    bm25 = HybridRetriever(enriched).search_arms("acme", word).results["bm25"]
-    assert chunk in {hit.chunk_id for hit in bm25}, (word, bm25)
-    assert all(word in bm25_text(stored[hit.chunk_id], stemmer).split() for hit in bm25), word
+    hits = {hit.chunk_id for hit in HybridRetriever(enriched).search_arms("acme", word).results["bm25"]}
+    assert chunk in hits and all(word in r["bm25_text"].split() for r in rows if r["id"] in hits), (word, hits)
 
     rebuilt = run_reindex(enriched)
     assert sum(t.chunks_enriched for t in rebuilt.tenants) == 0 and sum(t.chunks_total for t in rebuilt.tenants) > 0
-    with pytest.raises(CollectionMismatchError, match="questions:2"):
+    with pytest.raises(CollectionMismatchError, match=r"questions:2\+summary"):
         run_sync(cfg, corpus, "acme")
 
 
