@@ -37,9 +37,12 @@ def chunks(chunking: dict[str, Any]) -> str:
 
 
 def enrichment(result: dict[str, Any]) -> str:
-    """`questions:3:<model>:<prompt>` -> `3 questions`; "-" when off (or before enrichment existed)."""
-    written = result.get("enrichment") or ""
-    return f"{written.split(':')[1]} questions" if written else "-"
+    """`questions=3+summary:<model>:<prompt>` -> `3 questions + summary`; "-" when off (or from before it)."""
+    written = str(result.get("enrichment") or "")
+    if not written:
+        return "-"
+    parts = written.split(":")[0].split("+")
+    return " + ".join(f"{p.split('=')[1]} questions" if p.startswith("questions=") else p for p in parts)
 
 
 def variant(result: dict[str, Any]) -> str:

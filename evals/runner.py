@@ -63,7 +63,8 @@ class EvalRequest:
 
 def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
     """The dataset's evaluation collection; chunked otherwise than by default (`..._c128o16`, sentence windows
-    `..._w2`), embedded by another model (`..._all_mpnet_base_v2`) or enriched (`..._q3`), a collection of its
+    `..._w2`), embedded by another model (`..._all_mpnet_base_v2`) or enriched (`..._q3`, `..._q3s`, summaries
+    only `..._s`), a collection of its
     own, so that a sweep keeps every variant and re-embeds only chunks it has not seen."""
     out = cfg.model_copy(deep=True)
     name = EVAL_COLLECTION_PREFIX + _identifier(dataset.resolve().name)
@@ -76,8 +77,9 @@ def eval_collection(cfg: RagcConfig, dataset: Path) -> RagcConfig:
         name += "" if chunking.markdown_headers else "_nomd"
     if cfg.embedding.model_id != EmbeddingConfig().model_id:
         name += "_" + _identifier(cfg.embedding.model_id.rsplit("/", 1)[-1])
-    if cfg.ingest.enrichment.questions:
-        name += f"_q{cfg.ingest.enrichment.questions}"
+    enrichment = cfg.ingest.enrichment
+    if enrichment.enabled:
+        name += (f"_q{enrichment.questions}" if enrichment.questions else "_") + ("s" if enrichment.summary else "")
     out.milvus.collection = name
     return out
 

@@ -51,7 +51,7 @@ class EnrichmentConfig(Section):
         """Recorded in the collection's BM25 scheme; "" when off (collections from before it stay valid)."""
         if not self.enabled:
             return ""
-        parts = ([f"questions:{self.questions}"] if self.questions else []) + (["summary"] if self.summary else [])
+        parts = ([f"questions={self.questions}"] if self.questions else []) + (["summary"] if self.summary else [])
         return f"{'+'.join(parts)}:{model}:{PROMPT_VERSION}"
 
 

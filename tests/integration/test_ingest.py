@@ -347,7 +347,7 @@ def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_on
 
     rebuilt = run_reindex(enriched)
     assert sum(t.chunks_enriched for t in rebuilt.tenants) == 0 and sum(t.chunks_total for t in rebuilt.tenants) > 0
-    with pytest.raises(CollectionMismatchError, match=r"questions:2\+summary"):
+    with pytest.raises(CollectionMismatchError, match=r"questions=2\+summary"):
         run_sync(cfg, corpus, "acme")
 
 

@@ -86,7 +86,12 @@ def test_sentence_windows_are_rows_of_their_own(tmp_path: Path) -> None:
 def test_enriched_chunks_are_rows_of_their_own(tmp_path: Path) -> None:
     cfg = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 3}}})
     assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_q3"
-    enriched = result(256, 32, 0.76, 9636) | {"enrichment": cfg.enrichment_fingerprint()}
+    cfg.ingest.enrichment.summary = True
+    assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_q3s"
+    cfg.ingest.enrichment.questions = 0
+    assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_s"
+    three = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 3}}}).enrichment_fingerprint()
+    enriched = result(256, 32, 0.76, 9636) | {"enrichment": three}
     paths = []
     for name, r in (("q", enriched), ("c", result(256, 32, 0.74, 9636))):
         (tmp_path / f"{name}.json").write_text(json.dumps(r))

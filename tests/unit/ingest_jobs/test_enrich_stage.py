@@ -105,11 +105,11 @@ def test_the_bm25_document_gains_what_was_written_and_the_scheme_names_what_wrot
     assert bm25_scheme("english") == "title+section+text:words+stem:english"  # unchanged when enrichment is off
     cfg = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 3}}})
     fingerprint = cfg.enrichment_fingerprint()
-    assert fingerprint == "questions:3:packaged:smollm2-135m-instruct:q1"
+    assert fingerprint == "questions=3:packaged:smollm2-135m-instruct:q1"
     identity = CollectionIdentity.from_config(cfg.embedding, cfg.chunking, cfg.milvus, fingerprint)
     assert identity.bm25 == f"title+section+text+{fingerprint}:words+stem:english"
     both = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 2, "summary": True}}})
-    assert both.enrichment_fingerprint() == "questions:2+summary:packaged:smollm2-135m-instruct:q1"
+    assert both.enrichment_fingerprint() == "questions=2+summary:packaged:smollm2-135m-instruct:q1"
     assert RagcConfig().enrichment_fingerprint() == ""
 
 
