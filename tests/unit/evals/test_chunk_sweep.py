@@ -29,6 +29,17 @@ def result(size: int, overlap: int, hybrid: float, vectors: int) -> dict[str, ob
     }
 
 
+def sweep_report(tmp_path: Path, named: dict[str, dict[str, object]]) -> str:
+    """The sweep's report over these results, each written as `<name>.json`."""
+    paths = []
+    for name, r in named.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(r))
+        paths.append(str(tmp_path / f"{name}.json"))
+    out = tmp_path / "report.md"
+    assert main([str(out), *paths]) == 0
+    return out.read_text(encoding="utf-8")
+
+
 def test_the_sweep_table_orders_sizes_and_names_the_best_on_hybrid(tmp_path: Path) -> None:
     paths = []
     for size, overlap, hybrid, vectors in ((256, 32, 0.74, 9636), (128, 16, 0.75, 18000), (384, 48, 0.73, 7000)):
@@ -72,13 +83,7 @@ def test_sentence_windows_are_rows_of_their_own(tmp_path: Path) -> None:
     assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_w2"
     windows = result(256, 32, 0.73, 44000)
     windows["chunking"]["sentence_window"] = 2
-    paths = []
-    for name, r in (("w", windows), ("c", result(256, 32, 0.71, 9636))):
-        (tmp_path / f"{name}.json").write_text(json.dumps(r))
-        paths.append(str(tmp_path / f"{name}.json"))
-    out = tmp_path / "report.md"
-    assert main([str(out), *paths]) == 0
-    text = out.read_text(encoding="utf-8")
+    text = sweep_report(tmp_path, {"w": windows, "c": result(256, 32, 0.71, 9636)})
     assert text.index("| - | 256 / 32 | - | 9636 |") < text.index("| - | sentence window 2 | - | 44000 |")
     assert "Best hybrid nDCG@10: -, sentence window 2." in text
 
@@ -92,12 +97,6 @@ def test_enriched_chunks_are_rows_of_their_own(tmp_path: Path) -> None:
     assert eval_collection(cfg, Path("/data/scifact")).milvus.collection == "ragc_eval_scifact_s"
     three = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 3}}}).enrichment_fingerprint()
     enriched = result(256, 32, 0.76, 9636) | {"enrichment": three}
-    paths = []
-    for name, r in (("q", enriched), ("c", result(256, 32, 0.74, 9636))):
-        (tmp_path / f"{name}.json").write_text(json.dumps(r))
-        paths.append(str(tmp_path / f"{name}.json"))
-    out = tmp_path / "report.md"
-    assert main([str(out), *paths]) == 0
-    text = out.read_text(encoding="utf-8")
+    text = sweep_report(tmp_path, {"q": enriched, "c": result(256, 32, 0.74, 9636)})
     assert text.index("| - | 256 / 32 | - | 9636 |") < text.index("| - | 256 / 32 | 3 questions | 9636 |")
     assert "Best hybrid nDCG@10: -, chunk size 256, overlap 32, 3 questions per chunk." in text
