@@ -351,6 +351,28 @@ def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_on
         run_sync(cfg, corpus, "acme")
 
 
+def test_per_arm_weights_decide_the_fused_order_over_real_searches(cfg: RagcConfig, tmp_path: Path) -> None:
+    """`serve.retrieve.dense_weight` / `bm25_weight` on the real arms' hits: an arm weighted 0 adds nothing, so the
+    fused list opens with the other arm's order, and with both at 1 the first hit is one arm's first."""
+    from serve.stages.retrieve import HybridRetriever
+
+    run_sync(cfg, make_corpus(tmp_path / "docs"), "acme")
+    hits = HybridRetriever(cfg).search_arms("acme", "How does the server keep tenants apart in search?")
+    assert all(hits.results[arm] for arm in ("dense", "bm25")) and hits.results["dense"] != hits.results["bm25"]
+    for arm, other in (("dense", "bm25"), ("bm25", "dense")):
+        weighted = cfg.model_copy(deep=True)
+        weighted.serve.retrieve.similarity_floor = 0.0  # the weights alone decide what is kept and in what order
+        setattr(weighted.serve.retrieve, f"{other}_weight", 0.0)
+        fused = [p.chunk_id for p in HybridRetriever(weighted).fuse(hits).passages]
+        leading = [p.chunk_id for p in hits.results[arm]]
+        shown = min(len(fused), len(leading))
+        assert shown > 0 and fused[:shown] == leading[:shown], (arm, fused, leading)
+    even = cfg.model_copy(deep=True)
+    even.serve.retrieve.similarity_floor = 0.0
+    first = HybridRetriever(even).fuse(hits).passages[0].chunk_id
+    assert first in {hits.results["dense"][0].chunk_id, hits.results["bm25"][0].chunk_id}
+
+
 def perturbed_copy(reference: str, out: Path) -> Path:
     import shutil
 
