@@ -139,7 +139,7 @@ def embed_and_write(
             batch_format="numpy",
             num_gpus=pool.num_gpus,
             num_cpus=pool.num_cpus,
-            scheduling_strategy="SPREAD",  # one model per node before a second on any: a lost node costs less
+            scheduling_strategy="SPREAD",  # best effort: one model per node before a second on any
         )
         .write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
     )

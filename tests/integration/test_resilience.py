@@ -234,9 +234,14 @@ def replica_actors(deployment: str) -> list[dict[str, str]]:
 def test_killed_replica_is_replaced_while_loaded(service: dict[str, Any], deployment: str) -> None:
     import ray
 
-    actors = replica_actors(deployment)
-    assert actors, f"no replica actor found for {deployment}"
     healthy = settled_statuses(service)
+    # Listed after the service settled: under the previous test's load Serve can be replacing a replica
+    # that failed its health check, and the fault goes into a service that has all of its replicas.
+    try:
+        wait_until(lambda: bool(replica_actors(deployment)), 60)
+    except AssertionError:
+        raise AssertionError(f"no replica actor found for {deployment} within 60s") from None
+    actors = replica_actors(deployment)
     with LoadLoop(service["url"]) as load:
         time.sleep(3)
         killed_at = time.monotonic()
