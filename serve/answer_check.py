@@ -175,3 +175,45 @@ def check_answer(
             per_passage,
         )
     return AnswerCheck(None, checked, per_passage)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    answer: str  # the answer with the added markers
+    cited: list[int]
+    added: dict[int, float]  # passage n -> the best support it gave a claim it was added to
+
+
+MARKERS_AND_END = re.compile(r"((?:\s*\[\d+\])*)([.!?]*)(\s*)$")
+
+
+def attribute(answer: str, passages: list[Passage], support: SupportScorer, min_support: float) -> Attribution:
+    """Post-hoc attribution for an answer that passed its check: each claim also cites every other returned
+    passage (one cut from the prompt by its budget, or one the model left uncited) that supports it by at
+    least `min_support`, the marker placed beside the claim's own. The model reads only the passages that fit
+    its prompt, so it cannot cite the others; this finds the ones that back what it wrote."""
+    pieces = re.split(f"({CLAIM_END.pattern})", answer)
+    wanted: list[tuple[int, int]] = []  # (piece index, passage n)
+    claim_of: dict[int, str] = {}
+    for i in range(0, len(pieces), 2):
+        text = LIST_MARK.sub("", CITATION.sub("", pieces[i])).strip()
+        if len(terms(text)) < MIN_CLAIM_TERMS:
+            continue
+        claim_of[i] = text
+        own = {int(n) for n in CITATION.findall(pieces[i])}
+        wanted += [(i, n) for n in range(1, len(passages) + 1) if n not in own]
+    scores = support.score([(claim_of[i], passages[n - 1]) for i, n in wanted])
+    added: dict[int, float] = {}
+    per_piece: dict[int, list[int]] = {}
+    for (i, n), score in zip(wanted, scores, strict=True):
+        if score >= min_support:
+            per_piece.setdefault(i, []).append(n)
+            added[n] = max(score, added.get(n, score))
+    for i, numbers in per_piece.items():
+        end = MARKERS_AND_END.search(pieces[i])
+        assert end is not None  # the pattern matches the empty end of any string
+        markers = "".join(f" [{n}]" for n in numbers)
+        pieces[i] = pieces[i][: end.start()] + end.group(1) + markers + end.group(2) + end.group(3)
+    text = "".join(pieces)
+    cited = sorted({int(n) for n in CITATION.findall(text)})
+    return Attribution(text, cited, added)

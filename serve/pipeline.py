@@ -491,6 +491,8 @@ class QueryPipeline:
         if synthesis.removed_citations:
             metrics.query_metrics().removed_citations.inc(synthesis.removed_citations)
             parts.append(f"removed {synthesis.removed_citations} citation(s) to passages not sent")
+        if synthesis.attributed:
+            parts.append(f"{synthesis.attributed} passage(s) cited by attribution")
         return "; ".join(parts)
 
     @staticmethod

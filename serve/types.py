@@ -127,6 +127,7 @@ class Synthesis:
     failed_check: str | None = None  # why the answer must not be served (the pipeline falls back)
     attempts: int = 1
     checked: bool = False  # went through serve/answer_check.py
+    attributed: int = 0  # passages cited by post-hoc attribution, not by the model
     passages_sent: int = 0  # the first passages_sent of those given went into the prompt (0: not counted)
     passages_cut: int = 0  # the rest: cut to fit the engine's context
     prompt_tokens: int = 0  # what the prompt with those passages cost, by the engine's tokenizer

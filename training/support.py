@@ -4,9 +4,12 @@ A SciFact claim is a short statement written from its abstract: the pair (claim,
 for a supported claim, and (claim, the most similar other abstract by TF-IDF) for a claim citing a passage
 on the same subject that does not back it - the hardest case the check meets. For each signal the run
 prints its AUC and, at the threshold that accepts `--acceptance` of the supported pairs, the share of the
-unsupported ones it still accepts:
+unsupported ones it still accepts. For post-hoc attribution (`serve.synthesize.check.attribute_min_support`: a
+citation the model did not write, added where a returned passage supports a claim) the bar is the other way
+round: the threshold that accepts at most `--attribution-false-acceptance` of the unsupported pairs.
 
-  python -m training.support --dataset ../shared/data/scifact [--limit 300] [--acceptance 0.95]"""
+  python -m training.support --dataset ../shared/data/scifact [--limit 300] [--acceptance 0.95]
+      [--attribution-false-acceptance 0.2]"""
 
 from __future__ import annotations
 
@@ -66,6 +69,18 @@ def summary(labels: list[int], scores: list[float], acceptance: float) -> dict[s
     }
 
 
+def attribution_summary(labels: list[int], scores: list[float], false_acceptance: float) -> dict[str, float]:
+    import numpy as np
+
+    y, x = np.array(labels), np.array(scores)
+    threshold = float(np.quantile(x[y == 0], 1 - false_acceptance))
+    return {
+        "threshold": round(threshold, 4),
+        "supported_accepted": round(float((x[y == 1] >= threshold).mean()), 4),
+        "unsupported_accepted": round(float((x[y == 0] >= threshold).mean()), 4),
+    }
+
+
 def main() -> None:
     from pathlib import Path
 
@@ -75,6 +90,9 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=300, help="TRAIN claims (two pairs each)")
     parser.add_argument("--acceptance", type=float, default=0.95, help="share of supported claims to accept")
+    parser.add_argument(
+        "--attribution-false-acceptance", type=float, default=0.2, help="share of unsupported claims to accept"
+    )
     args = parser.parse_args()
     pairs = labelled_pairs(args.dataset, args.limit)
     labels = [label for label, _, _ in pairs]
@@ -88,6 +106,7 @@ def main() -> None:
         "acceptance": args.acceptance,
         "best_sentence_cosine": summary(labels, cosines, args.acceptance),
         "content_word_overlap": summary(labels, overlaps, args.acceptance),
+        "attribution": attribution_summary(labels, cosines, args.attribution_false_acceptance),
     }
     print(json.dumps(result))
 

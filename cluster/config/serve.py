@@ -280,6 +280,18 @@ class AnswerCheckConfig(Section):
         description="least cosine between a claim and its cited passage's best sentence (chosen on SciFact "
         "TRAIN: python -m training.support)",
     )
+    attribute: bool = Field(
+        default=False,
+        description="post-hoc attribution: a passing answer's claims also cite the other returned passages that "
+        "support them (the ones cut from the prompt included)",
+    )
+    attribute_min_support: float = Field(
+        default=0.68,
+        ge=-1,
+        le=1,
+        description="least support for a citation attribution adds: the cosine a claim's most similar other "
+        "abstract reaches at most 1 time in 5 (SciFact TRAIN: python -m training.support)",
+    )
     retry: bool = Field(default=True, description="a failed answer is generated once more under a stricter prompt")
     retry_within_share: float = Field(
         default=0.5,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster.config import EmbeddingConfig, LLMEngineConfig, RagcConfig, ResponseMode, SynthesizeConfig
-from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, check_answer, repetition
+from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, attribute, check_answer, repetition
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages, as_generator
@@ -204,7 +204,7 @@ class SynthesizeStage(FaultHooks):
         started = time.monotonic()
         fitting, prompt_tokens = await self._passages_that_fit(query, passages, context)
         budget = PromptBudget(len(fitting), len(passages) - len(fitting), prompt_tokens)
-        passages = fitting
+        returned, passages = passages, fitting
         check = self._cfg.check
         strict = False
         # the stage returns its own verdict a little before the pipeline's timeout would cut it off
@@ -237,7 +237,8 @@ class SynthesizeStage(FaultHooks):
             now = time.monotonic()
             left = self._cfg.timeout_s - (now - started)
             if verdict.passed or attempt == 2 or not check.retry:
-                yield self._checked(answer, cited, removed, verdict, attempt, verdict.reason, budget)
+                synthesis = self._checked(answer, cited, removed, verdict, attempt, verdict.reason, budget)
+                yield await self._attributed(synthesis, returned) if verdict.passed and check.attribute else synthesis
                 return
             # the retry gets at least as long as the first answer took, and the configured share of the timeout
             if left < max(check.retry_within_share * self._cfg.timeout_s, RETRY_PACE * (now - attempt_started)):
@@ -348,6 +349,17 @@ class SynthesizeStage(FaultHooks):
             llm_calls=calls,
             response_mode=mode,
         )
+
+    async def _attributed(self, synthesis: Synthesis, returned: list[Passage]) -> Synthesis:
+        """The passing answer with the citations post-hoc attribution adds (serve/answer_check.py); the streamed
+        text lacks their markers, so the final answer is the one to show."""
+        check = self._cfg.check
+        bar = max(check.min_support, check.attribute_min_support)
+        found = await asyncio.to_thread(attribute, synthesis.answer, returned, self._support_scorer(), bar)
+        support = dict(synthesis.support)
+        for n, score in found.added.items():
+            support[n] = max(score, support.get(n, score))
+        return replace(synthesis, answer=found.answer, cited=found.cited, support=support, attributed=len(found.added))
 
     async def _verdict(self, text: str, query: str, passages: list[Passage]) -> AnswerCheck:
         answer, _, _ = validate_citations(text, len(passages))

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from serve.answer_check import EmbeddingSupport, check_answer, claims, degenerate, repetition
+from serve.answer_check import EmbeddingSupport, attribute, check_answer, claims, degenerate, repetition
 from serve.types import Passage
 from tests.fakes import HashEmbedder
 
@@ -74,3 +74,17 @@ def test_a_phrase_repeated_as_often_as_in_the_passages_is_quoted_not_a_loop() ->
     assert repetition(listing, source="Filmography: " + listing) is None  # quoted from the passage
     looped = listing + " (TV movie) (executive producer) for HBO."
     assert repetition(looped, source=listing) == "degenerate: a repeated phrase"  # more often than quoted
+
+
+def test_attribution_adds_the_returned_passages_that_support_a_claim_beside_its_own_marker() -> None:
+    returned = [
+        *PASSAGES,
+        Passage("c3", "d3", "t", "Reindexing builds a new collection in the background.", title="Jobs"),
+    ]
+    answer = "Reindexing builds a new collection [1].\n- The alias moves when it is complete [1]"
+    assert check_answer(answer, "How does reindexing work?", returned, SUPPORT, 0.4).passed
+    found = attribute(answer, returned, SUPPORT, 0.68)
+    assert found.answer == "Reindexing builds a new collection [1] [3].\n- The alias moves when it is complete [1]"
+    assert found.cited == [1, 3] and list(found.added) == [3] and found.added[3] >= 0.68, "not the tenant passage"
+    assert check_answer(found.answer, "How does reindexing work?", returned, SUPPORT, 0.4).passed
+    assert attribute(answer, returned, SUPPORT, 1.01).answer == answer, "nothing clears the bar: the text as written"

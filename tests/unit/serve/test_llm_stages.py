@@ -320,6 +320,25 @@ def test_passages_are_packed_into_the_context_and_the_cut_ones_reported() -> Non
     assert counted[0] + 20 <= 130
 
 
+def test_a_passage_cut_from_the_prompt_that_supports_the_answer_is_cited_by_attribution() -> None:
+    """The model cannot cite what did not fit its prompt; attribution (when on) cites it where it supports a claim."""
+    returned = [Passage("c0", "d0", "t1", "Tenants are kept apart by a filter.", title="T0")]
+    returned += [Passage(f"c{i}", f"d{i}", "t1", f"Filler {i} on disk compaction.", title=f"T{i}") for i in range(1, 8)]
+    returned += [Passage("c8", "d8", "t1", "Tenants are kept apart by a filter on every search.", title="T8")]
+    reply = "Tenants are kept apart by a filter [1]."
+
+    def answered(attribute: bool) -> Synthesis:
+        check = {"attribute": attribute, "attribute_min_support": 0.68}
+        stage = checked_stage(ScriptedGenerator([reply]), max_prompt_tokens=110, check=check)
+        return synthesize(stage, returned)[-1]
+
+    plain, attributed = answered(False), answered(True)
+    assert plain.passages_cut > 0 and plain.cited == [1] and plain.answer == reply and plain.attributed == 0
+    assert attributed.passages_sent == plain.passages_sent and attributed.grounded
+    assert attributed.answer == "Tenants are kept apart by a filter [1] [9]." and attributed.cited == [1, 9]
+    assert attributed.attributed == 1 and attributed.support[9] >= 0.68
+
+
 def test_the_prompt_budget_caps_the_passages_below_the_context() -> None:
     """max_prompt_tokens bounds prefill on CPU: fewer passages go in than the context could hold."""
 
