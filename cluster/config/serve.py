@@ -286,7 +286,7 @@ class AnswerCheckConfig(Section):
         "support them (the ones cut from the prompt included)",
     )
     attribute_min_support: float = Field(
-        default=0.68,
+        default=0.67,
         ge=-1,
         le=1,
         description="least support for a citation attribution adds: the cosine a claim's most similar other "
