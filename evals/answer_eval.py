@@ -18,7 +18,7 @@ from evals.answer_set import AnswerQuestion, load_answer_set
 from serve.answer_check import AnswerCheck, SupportScorer, check_answer
 from serve.extractive import extractive_answer
 from serve.stages.synthesize import validate_citations
-from serve.types import Passage
+from serve.types import ATTRIBUTED, Passage
 
 ARMS = ("extractive", "llm_unchecked", "served")
 FAILURE_KINDS = ("degenerate", "uncited", "unsupported")
@@ -190,6 +190,7 @@ def summarize(results: list[QuestionResult], seconds: float) -> dict[str, Any]:
         "fallback_reasons": {k: fallbacks.count(k) for k in sorted(set(fallbacks))},
         "llm_served": sum(r.synthesize == "ok" for r in answered),  # the LLM's answer passed and was served
         "retried": sum("strict retry" in r.detail for r in answered),
+        "attributed": sum(ATTRIBUTED in r.detail for r in answered),  # served answers citing more than the LLM did
         "answers_reading_a_merged_section": sum(r.merged_sections > 0 for r in answered),
         **{k: served.get(k) for k in ("token_f1", "rouge_l", "gold_citation_rate", "supported_claim_rate")},
         "degenerate_rate": served.get("degenerate_rate"),

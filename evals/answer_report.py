@@ -97,7 +97,8 @@ def write_answer_report(result: dict[str, Any], results: list[QuestionResult], o
         "",
         f"Answered {result['answered']}, abstained {result['abstained']}; the served answer fell back to the "
         f"extractive one on {result['fallback_rate']} of the answered ({result['fallback_reasons'] or 'none'}); "
-        f"{result['retried']} passed after the strict retry.",
+        f"{result['retried']} passed after the strict retry; {result.get('attributed', 0)} cite passages by "
+        "post-hoc attribution.",
         f"Abstention on the {result['unanswerable']} unanswerable questions: {result['abstention_rate_unanswerable']}; "
         f"false abstention: {result['false_abstention_rate']}.",
         "",

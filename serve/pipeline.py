@@ -25,6 +25,7 @@ from serve.extractive import extractive_answer
 from serve.roles import Stages
 from serve.tracing import record, span
 from serve.types import (
+    ATTRIBUTED,
     AnswerContext,
     CacheStatus,
     Citation,
@@ -492,7 +493,7 @@ class QueryPipeline:
             metrics.query_metrics().removed_citations.inc(synthesis.removed_citations)
             parts.append(f"removed {synthesis.removed_citations} citation(s) to passages not sent")
         if synthesis.attributed:
-            parts.append(f"{synthesis.attributed} passage(s) cited by attribution")
+            parts.append(f"{synthesis.attributed} passage(s) {ATTRIBUTED}")
         return "; ".join(parts)
 
     @staticmethod

@@ -17,6 +17,7 @@ CacheStatus = Literal["hit_l1", "hit_l2", "hit_semantic", "miss", "bypass", "off
 # not settled: with time the retry might pass.
 SETTLED_FALLBACK = re.compile(r"^extractive answer: (degenerate|uncited claim|unsupported claim)")
 CUT_BY_THE_CLOCK = ("ran out of time", "no time to retry")
+ATTRIBUTED = "cited by attribution"  # in the synthesize stage's detail when attribution added citations
 
 
 class Usage(BaseModel):

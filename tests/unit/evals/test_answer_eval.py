@@ -29,8 +29,13 @@ def question(qid: str, gold: str = "d2", unanswerable: bool = False) -> AnswerQu
     )
 
 
-def service(replies: list[str], found: list[Passage], merge_siblings: int = 0) -> tuple[PipelineService, RagcConfig]:
-    cfg = RagcConfig.model_validate({"serve": {"synthesize": {"merge_siblings": merge_siblings}}})
+def service(
+    replies: list[str], found: list[Passage], merge_siblings: int = 0, attribute: bool = False
+) -> tuple[PipelineService, RagcConfig]:
+    # the bar below the hashed vectors' 0.67 between "Passage 2 says ..." and "Passage 0 says ..."
+    check = {"attribute": attribute, "attribute_min_support": 0.6}
+    synthesize = {"merge_siblings": merge_siblings, "check": check}
+    cfg = RagcConfig.model_validate({"serve": {"synthesize": synthesize}})
     fake = FakeStages(found)
     support = EmbeddingSupport(HashEmbedder(dim=512))
     synthesize = SynthesizeStage(**SynthesizeStage.tree_args(cfg), llm=ScriptedGenerator(replies), support=support)
@@ -38,9 +43,13 @@ def service(replies: list[str], found: list[Passage], merge_siblings: int = 0) -
 
 
 def run(
-    replies: list[str], questions: list[AnswerQuestion], found: list[Passage] | None = None, merge_siblings: int = 0
+    replies: list[str],
+    questions: list[AnswerQuestion],
+    found: list[Passage] | None = None,
+    merge_siblings: int = 0,
+    attribute: bool = False,
 ):  # type: ignore[no-untyped-def]
-    svc, cfg = service(replies, passages() if found is None else found, merge_siblings)
+    svc, cfg = service(replies, passages() if found is None else found, merge_siblings, attribute)
     judge = Judge(EmbeddingSupport(HashEmbedder(dim=512)), cfg.serve.synthesize.check.min_support)
     try:
         return evaluate(svc, questions, cfg, AnswerEvalRequest(dataset=None), judge, "t1")  # type: ignore[arg-type]
@@ -102,3 +111,13 @@ def test_fallback_kinds() -> None:
     assert fallback_kind("extractive answer: unsupported claim: 'x' (support 0.1 < 0.4)") == "unsupported"
     assert fallback_kind("extractive answer: timed out after 25s") == "timeout"
     assert fallback_kind("extractive answer: ContextBudgetError: one passage ...") == "ContextBudgetError"
+
+
+def test_attribution_counts_in_the_served_arm_and_the_summary() -> None:
+    """The LLM cites [1] (d2); the other two passages say the same, so attribution cites them too."""
+    questions = [question("q1"), question("q2", gold="d0")]
+    plain = summarize(run([SUPPORTED, SUPPORTED], questions), 1.0)
+    attributed = summarize(run([SUPPORTED, SUPPORTED], questions, attribute=True), 1.0)
+    assert plain["attributed"] == 0 and plain["arms"]["served"]["gold_citation_rate"] == 0.5
+    assert attributed["attributed"] == 2 and attributed["arms"]["served"]["gold_citation_rate"] == 1.0
+    assert attributed["llm_served"] == 2 and attributed["grounded_failing_check"] == 0
