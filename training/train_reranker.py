@@ -10,7 +10,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,10 @@ def mine_groups(
     return groups
 
 
+def groups_digest(groups: list[TrainingGroup]) -> str:
+    return hashlib.sha256(json.dumps([astuple(g) for g in groups]).encode()).hexdigest()[:16]
+
+
 def _progress(line: str) -> None:
     print(f"train-reranker: {line}", file=sys.stderr, flush=True)
 
@@ -168,6 +172,9 @@ def run_training(cfg: RagcConfig, req: TrainRequest) -> dict[str, Any]:
         "queries": len(train.queries),
         "calibration_queries": sorted(calibration),
         "groups": len(groups),
+        # two runs that mined the same negatives have the same digest (a run-to-run difference in the reranker
+        # is then the training's, not the mining's)
+        "groups_sha256": groups_digest(groups),
         "recipe": recipe.model_dump(mode="json"),
         "ingest": {k: ingest[k] for k in ("chunks_embedded", "chunks_total", "seconds")},
         "mining_s": round(mining_s, 1),

@@ -11,7 +11,8 @@ from evals.beir import write_qrels
 from evals.reranker_checks import TRAINING_RECORD
 from serve.rerank_domain import RerankDomain
 from tests.fakes import HashEmbedder
-from training.train_reranker import TrainRequest, record_domain, run_domain_only, training_queries
+from training.loop import TrainingGroup
+from training.train_reranker import TrainRequest, groups_digest, record_domain, run_domain_only, training_queries
 
 TOPICS = ("aspirin", "statin", "insulin", "vaccine")
 
@@ -63,3 +64,10 @@ def test_a_reranker_trained_before_domains_gets_one_for_the_same_held_out_questi
         "groups": 7,
         "domain": summary,
     }
+
+
+def test_the_mined_groups_digest_tells_whether_two_runs_mined_the_same_negatives() -> None:
+    mined = [TrainingGroup("q", "relevant", ("a", "b")), TrainingGroup("r", "relevant", ("c",))]
+    again = [TrainingGroup("q", "relevant", ("a", "b")), TrainingGroup("r", "relevant", ("c",))]
+    other = [TrainingGroup("q", "relevant", ("a", "d")), TrainingGroup("r", "relevant", ("c",))]
+    assert groups_digest(mined) == groups_digest(again) != groups_digest(other)
