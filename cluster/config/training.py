@@ -17,7 +17,7 @@ class RerankTrainingConfig(Section):
         default="listwise",
         description="listwise: softmax cross-entropy over one positive and its negatives; bce: pointwise",
     )
-    negatives: int = Field(default=3, ge=1, description="hard negatives per positive")
+    negatives: int = Field(default=7, ge=1, description="hard negatives per positive")
     negative_pool: int = Field(default=30, gt=0, description="hybrid candidates the negatives are drawn from")
     epochs: int = Field(
         default=2,
