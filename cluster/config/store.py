@@ -33,6 +33,13 @@ class MilvusConfig(Section):
         "cannot stem); null indexes plain lower-cased words. Changing it needs `ragc reindex`",
     )
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    connect_attempts: int = Field(
+        default=4,
+        ge=1,
+        description="batch jobs (ingest, reindex, eval, training) try a connection that failed (the server down, "
+        "or too busy to answer within connect_timeout_s) this many times in all, 1, 2, 4 s apart; the service "
+        "tries once and reports itself unready instead",
+    )
     keepalive_without_calls: bool = Field(
         default=False,
         description="gRPC pings on idle connections; milvus-lite's server answers them with GOAWAY "

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pymilvus import MilvusClient
+from pymilvus import MilvusClient, MilvusException
+from pymilvus.client.types import Status
+from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_exponential
 
 from cluster.config import RagcConfig
 from cluster.store.expr import eq, is_in
@@ -33,10 +36,29 @@ def iterate_rows(client: MilvusClient, collection: str, expr: str, fields: list[
         iterator.close()
 
 
-def connect(cfg: RagcConfig) -> MilvusClient:
+logger = logging.getLogger(__name__)
+
+
+def connection_failed(exc: BaseException) -> bool:
+    """The server did not answer the handshake (down, or too busy within the timeout); not a refused login."""
+    return isinstance(exc, MilvusException) and exc.code == Status.CONNECT_FAILED
+
+
+def connect(cfg: RagcConfig, attempts: int | None = None) -> MilvusClient:
+    """`attempts` (default `milvus.connect_attempts`) in all while the handshake fails, 1, 2, 4 s apart: a
+    batch job waits out a store that is busy for a moment (a milvus-lite starved of CPU beside other work
+    missed the 10 s handshake and failed a whole ingest); the service passes 1 and reports itself unready."""
     token = cfg.milvus.token.resolve() or ""
     grpc_options = {"grpc.keepalive_permit_without_calls": int(cfg.milvus.keepalive_without_calls)}
-    return MilvusClient(
+    retrying = Retrying(
+        retry=retry_if_exception(connection_failed),
+        stop=stop_after_attempt(attempts or cfg.milvus.connect_attempts),
+        wait=wait_exponential(multiplier=1, max=4),
+        before_sleep=before_sleep_log(logger, logging.WARNING),
+        reraise=True,
+    )
+    return retrying(
+        MilvusClient,
         uri=milvus_uri(cfg),
         token=token,
         db_name=cfg.milvus.db_name,

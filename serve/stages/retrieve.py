@@ -135,7 +135,7 @@ class HybridRetriever:
         """Milvus reachable, collection loaded, the collection's embedding model is the configured one."""
         try:
             if self._client is None:
-                self._client = connect(self._cfg)
+                self._client = connect(self._cfg, attempts=1)
                 self._collections = Collections(self._client, self._cfg)
             assert self._collections is not None
             active = self._collections.ensure()
@@ -190,7 +190,7 @@ class HybridRetriever:
             # reference (setting it to None first failed them with "'NoneType' object has no attribute")
             self._stale = False
             try:
-                client = connect(self._cfg)
+                client = connect(self._cfg, attempts=1)
                 self._collections, self._client = Collections(client, self._cfg), client
             except Exception as exc:  # noqa: BLE001 - the old client is kept; check_ready says why
                 logger.warning("milvus reconnect failed", extra={"error": str(exc)})
