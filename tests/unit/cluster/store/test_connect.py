@@ -25,6 +25,12 @@ class FlakyMilvus:
         return kwargs
 
 
+def installed(monkeypatch: pytest.MonkeyPatch, failures: int, code: int = Status.CONNECT_FAILED) -> FlakyMilvus:
+    milvus = FlakyMilvus(failures, code)
+    monkeypatch.setattr(store_client, "MilvusClient", milvus)
+    return milvus
+
+
 @pytest.fixture
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
@@ -35,8 +41,7 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 def test_a_handshake_that_times_out_is_tried_again_with_backoff(
     monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]
 ) -> None:
-    milvus = FlakyMilvus(failures=3)
-    monkeypatch.setattr(store_client, "MilvusClient", milvus)
+    milvus = installed(monkeypatch, 3)
     cfg = RagcConfig.model_validate({"milvus": {"connect_timeout_s": 7}})
     connected = store_client.connect(cfg)
     assert milvus.calls == 4 and no_sleep == [1, 2, 4]
@@ -46,8 +51,7 @@ def test_a_handshake_that_times_out_is_tried_again_with_backoff(
 def test_it_gives_up_after_the_configured_attempts_with_the_store_s_error(
     monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]
 ) -> None:
-    milvus = FlakyMilvus(failures=10)
-    monkeypatch.setattr(store_client, "MilvusClient", milvus)
+    milvus = installed(monkeypatch, 10)
     cfg = RagcConfig.model_validate({"milvus": {"connect_attempts": 2}})
     with pytest.raises(MilvusException, match="Fail connecting"):
         store_client.connect(cfg)
@@ -55,8 +59,7 @@ def test_it_gives_up_after_the_configured_attempts_with_the_store_s_error(
 
 
 def test_the_service_tries_once(monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]) -> None:
-    milvus = FlakyMilvus(failures=1)
-    monkeypatch.setattr(store_client, "MilvusClient", milvus)
+    milvus = installed(monkeypatch, 1)
     with pytest.raises(MilvusException):
         store_client.connect(RagcConfig(), attempts=1)
     assert milvus.calls == 1 and no_sleep == []
@@ -65,8 +68,7 @@ def test_the_service_tries_once(monkeypatch: pytest.MonkeyPatch, no_sleep: list[
 def test_an_error_other_than_a_failed_handshake_is_not_retried(
     monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]
 ) -> None:
-    milvus = FlakyMilvus(failures=1, code=Status.ILLEGAL_ARGUMENT)
-    monkeypatch.setattr(store_client, "MilvusClient", milvus)
+    milvus = installed(monkeypatch, 1, Status.ILLEGAL_ARGUMENT)
     with pytest.raises(MilvusException):
         store_client.connect(RagcConfig())
     assert milvus.calls == 1 and no_sleep == []
