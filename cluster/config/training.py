@@ -29,7 +29,7 @@ class RerankTrainingConfig(Section):
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     max_length: int = Field(default=128, gt=0, description="tokens of query + passage; saved with the model")
     frozen_layers: int = Field(
-        default=3,
+        default=-1,
         ge=-1,
         description="keep the pretrained weights of the token embeddings and of this many lowest transformer "
         "layers (0 = the embeddings alone, -1 = train everything): a step then skips their gradients and updates",
