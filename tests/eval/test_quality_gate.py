@@ -23,10 +23,10 @@ OFF_DOMAIN_QUESTION = "Who won the 1966 FIFA World Cup final at Wembley?"
 
 @pytest.fixture(scope="session")
 def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]:
-    # beside the integration tier (`make test`) on 2 AVX512-BF16 cores, 2026-12-05: embedding 466 s (one 1-thread
-    # bf16 actor per core; int8 on a CPU without native bf16), mining 64 s, training 821 s (5,800 pairs in bf16,
-    # 7.1 pairs/s with its two threads asleep at barriers, 5.4 when they spun); the gate gets only the CPU that
-    # tier leaves idle
+    # beside the integration tier (`make test`) on 2 AVX512-BF16 cores, 2026-12-05: embedding 437 s (one 1-thread
+    # bf16 actor per core; int8 on a CPU without native bf16), mining 76 s, training 1,269 s (11,600 pairs in
+    # bf16, 9.1 pairs/s with its two threads asleep at barriers, part of it after that tier ended); the gate gets
+    # only the CPU that tier leaves idle
     return gate_cli("train-reranker", "--dataset", str(scifact), "--out", str(gate_dir / "reranker"), timeout=4200)
 
 
