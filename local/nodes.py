@@ -82,6 +82,9 @@ def start_local_nodes(
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray gives a new GCS 30 s to write its port file (120 s with a rocksdb backend); on a saturated 2-core
+    # machine a local head missed the 30 s once (2026-12-05, fresh-clone CI run) and the module's nodes never came up
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     common: dict[str, Any] = {"object_store_memory": object_store_mb * MB}
     head: dict[str, Any] = common | {"num_cpus": head_cpus, "include_dashboard": False, "labels": {NODE_LABEL: HEAD}}
     if metrics_export_port:
