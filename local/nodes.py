@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cluster.ray_runtime import NODE_LABEL
+from cluster.ray_runtime import LOCAL_START_ATTEMPTS, NODE_LABEL, START_TIMEOUTS
 
 if TYPE_CHECKING:
     from ray._private.node import Node
@@ -79,7 +79,6 @@ def start_local_nodes(
     """Start a head (`head_cpus` logical CPUs: 0 keeps work off it, as on a cluster whose head only
     coordinates) and `workers` nodes named `worker-0`... The caller connects with `ray.init(address=...)`.
     With `metrics_export_port`, worker i's metrics are at `worker_metrics_port(port, i)`."""
-    from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Ray gives a new GCS 30 s to write its port file (120 s with a rocksdb backend); on a saturated 2-core
@@ -89,7 +88,7 @@ def start_local_nodes(
     head: dict[str, Any] = common | {"num_cpus": head_cpus, "include_dashboard": False, "labels": {NODE_LABEL: HEAD}}
     if metrics_export_port:
         head["metrics_export_port"] = metrics_export_port
-    cluster = Cluster(initialize_head=True, head_node_args=head)
+    cluster = _start_head(head)
     nodes = LocalNodes(cluster, common | {"num_cpus": cpus_per_worker}, metrics_export_port)
     try:
         for _ in range(workers):
@@ -100,3 +99,17 @@ def start_local_nodes(
         raise
     logging.getLogger(__name__).info("local Ray: a head and %d workers at %s", workers, nodes.address)
     return nodes
+
+
+def _start_head(head_args: dict[str, Any]) -> Cluster:
+    """A new head, tried again when its GCS or raylet does not come up in time (as `ensure_ray` does)."""
+    from ray.cluster_utils import Cluster
+
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            return Cluster(initialize_head=True, head_node_args=head_args)
+        except Exception as exc:  # Ray raises a bare Exception when its GCS or raylet does not come up
+            if not any(t in str(exc) for t in START_TIMEOUTS) or attempt == LOCAL_START_ATTEMPTS:
+                raise
+            logging.getLogger(__name__).warning("local Ray head did not start (%s); starting a new one", exc)
+    raise AssertionError("unreachable")

@@ -763,9 +763,16 @@ def test_metrics_and_health(service: dict[str, Any]) -> None:
         "ray_ragc_tenant_requests_total{",
         "ray_ragc_tenant_outcomes_total{",
     )
-    deadline = time.monotonic() + 90  # the agent exports on its own period (~10 s)
+    # the agent exports on its own period (~10 s); on a saturated machine it may still be starting, so a
+    # refused or timed-out connection is tried again until the deadline (CI saw one 10 s connect timeout)
+    deadline = time.monotonic() + 90
+    series: list[str] = []
     while True:
-        series = [line for line in httpx.get(url, timeout=10).text.splitlines() if line.startswith("ray_ragc_")]
+        try:
+            series = [line for line in httpx.get(url, timeout=10).text.splitlines() if line.startswith("ray_ragc_")]
+        except httpx.TransportError as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Ray's metrics agent at {url} did not answer for 90 s: {exc!r}") from exc
         if all(any(s.startswith(w) for s in series) for w in wanted) or time.monotonic() > deadline:
             break
         time.sleep(2)
