@@ -150,7 +150,8 @@ def claims(answer: str) -> list[tuple[str, tuple[int, ...]]]:
 def check_answer(
     answer: str, question: str, passages: list[Passage], support: SupportScorer, min_support: float
 ) -> AnswerCheck:
-    """`answer` has only citations to passages that were sent (serve.stages.synthesize removes the rest)."""
+    """`answer` should cite only passages that were sent (serve.stages.synthesize removes the rest); a number
+    that no passage has supports nothing."""
     why = degenerate(answer, question, passages)
     if why:
         return AnswerCheck(why)
@@ -163,7 +164,10 @@ def check_answer(
     per_passage: dict[int, float] = {}
     for (_, n), score in best.items():
         per_passage[n] = max(per_passage.get(n, -1.0), score)
-    checked = [ClaimCheck(text, cited, max((best[(text, n)] for n in cited), default=0.0)) for text, cited in found]
+    # a number no passage has (text that bypassed `validate_citations`) supports nothing
+    checked = [
+        ClaimCheck(text, cited, max((best.get((text, n), 0.0) for n in cited), default=0.0)) for text, cited in found
+    ]
     uncited = next((c for c in checked if not c.cited), None)
     if uncited is not None:
         return AnswerCheck(f"uncited claim: {uncited.text[:80]!r}", checked, per_passage)

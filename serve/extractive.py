@@ -10,6 +10,8 @@ from serve.text_terms import terms
 from serve.types import Passage, Synthesis
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# a source's own reference markers ("[14]", "[3, 5]", "[2-4]"): quoted as they are they would read as our citations
+SOURCE_MARKER = re.compile(r"\s*\[\d+(?:\s*[,\u2013-]\s*\d+)*\]")
 
 
 def best_excerpt(query: str, text: str, max_chars: int, title: str = "") -> str:
@@ -19,6 +21,7 @@ def best_excerpt(query: str, text: str, max_chars: int, title: str = "") -> str:
     prose = " ".join(
         line for line in text.splitlines() if not line.lstrip().startswith("#") and " ".join(line.split()) != heading
     )
+    prose = SOURCE_MARKER.sub("", prose)
     sentences = [s.strip() for s in SENTENCE_END.split(" ".join(prose.split())) if s.strip()]
     if not sentences:
         return ""

@@ -57,6 +57,14 @@ def test_a_faithful_answer_passes_and_reports_each_passages_support() -> None:
     assert not swapped.passed and swapped.outcome == "unsupported"
 
 
+def test_a_number_no_passage_has_supports_nothing() -> None:
+    """A quote carrying its source's own "[14]" once reached the check in `ragc eval-answers` and raised KeyError."""
+    verdict = check_answer(
+        "Reindexing builds a new collection [14].", "How does reindexing work?", PASSAGES, SUPPORT, 0.4
+    )
+    assert not verdict.passed and verdict.outcome == "unsupported"
+
+
 def test_a_stream_repeats_only_once_a_finished_line_or_phrase_comes_again() -> None:
     assert repetition("Tenants are kept apart.\nTenants are kept apart", partial=True) is None
     assert (

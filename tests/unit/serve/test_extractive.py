@@ -31,3 +31,11 @@ def test_a_title_line_and_an_excerpt_quoted_already_are_not_quoted_again() -> No
     result = extractive_answer("which animals does the torah permit", passages, SynthesizeConfig())
     assert result.answer == "The Torah permits land animals that chew their cud. [1]\n\nFish need fins and scales. [3]"
     assert result.cited == [1, 3]
+
+
+def test_a_sources_own_reference_markers_are_not_quoted_as_citations() -> None:
+    """A SciFact abstract's "[14]" quoted as it was read as a citation of a 14th passage (of five)."""
+    text = "Patients had heart failure [14]. Survival was poor [3, 5] and fell with age [2-4]. Unrelated."
+    result = extractive_answer("heart failure survival", [Passage("c1", "d1", "t", text)], SynthesizeConfig())
+    assert result.answer == "Patients had heart failure. Survival was poor and fell with age. Unrelated. [1]"
+    assert result.cited == [1]
