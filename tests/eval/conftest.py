@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,55 +44,27 @@ def cli_env(state_dir: Path) -> dict[str, str]:
     }
 
 
-@dataclass
-class CliRun:
-    """One `ragc` command started in the background: `result()` waits for it as a `make_cli` call would."""
-
-    args: tuple[str, ...]
-    proc: subprocess.Popen[str]
-    log: Path
-    timeout: float
-    expect: int
-    started: float = field(default_factory=time.monotonic)
-
-    def result(self) -> dict[str, Any]:
-        command = f"ragc {' '.join(self.args)}"
-        left = max(1.0, self.timeout - (time.monotonic() - self.started))
+def make_cli(env: dict[str, str], log: Path) -> RagcCli:
+    def ragc(*args: str, expect: int = 0, timeout: float = 2400) -> dict[str, Any]:
+        argv = [sys.executable, "-m", "cli.main", *args]
+        started = time.monotonic()
         try:
-            stdout, stderr = self.proc.communicate(timeout=left)
-        except subprocess.TimeoutExpired:  # say how far it got: its progress goes to stderr
-            self.proc.kill()
-            _, partial = self.proc.communicate()
-            with self.log.open("a", encoding="utf-8") as handle:
-                handle.write(f"$ {command}  # killed after {self.timeout:.0f} s\n{partial[-4000:]}\n")
-            pytest.fail(f"{command} ran past {self.timeout:.0f} s; its last output:\n{partial[-2000:]}")
-        elapsed = time.monotonic() - self.started
-        with self.log.open("a", encoding="utf-8") as handle:
-            handle.write(f"$ {command}  # {elapsed:.0f} s\n{stderr[-4000:]}\n{stdout[-2000:]}\n")
-        rc = self.proc.returncode
-        assert rc == self.expect, f"{command} exited {rc}: {stderr[-3000:]}"
-        lines = stdout.strip().splitlines()
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:  # say how far it got: its progress goes to stderr
+            partial = (exc.stderr or b"").decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else ""
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(f"$ ragc {' '.join(args)}  # killed after {timeout:.0f} s\n{partial[-4000:]}\n")
+            pytest.fail(f"ragc {' '.join(args)} ran past {timeout:.0f} s; its last output:\n{partial[-2000:]}")
+        elapsed = time.monotonic() - started
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"$ ragc {' '.join(args)}  # {elapsed:.0f} s\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}\n")
+        assert proc.returncode == expect, f"ragc {' '.join(args)} exited {proc.returncode}: {proc.stderr[-3000:]}"
+        lines = proc.stdout.strip().splitlines()
         try:
             payload = json.loads(lines[-1]) if lines else {}
         except json.JSONDecodeError:
             payload = {}
-        return payload | {"stderr": stderr} if self.expect else payload
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-
-
-def start_cli(env: dict[str, str], log: Path, *args: str, expect: int = 0, timeout: float = 2400) -> CliRun:
-    argv = [sys.executable, "-m", "cli.main", *args]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return CliRun(args, proc, log, timeout, expect)
-
-
-def make_cli(env: dict[str, str], log: Path) -> RagcCli:
-    def ragc(*args: str, expect: int = 0, timeout: float = 2400) -> dict[str, Any]:
-        return start_cli(env, log, *args, expect=expect, timeout=timeout).result()
+        return payload | {"stderr": proc.stderr} if expect else payload
 
     return ragc
 
@@ -124,46 +95,9 @@ def gate_cli(gate_env: dict[str, str], gate_dir: Path) -> Iterator[RagcCli]:
     ragc("down", "--json")
 
 
-# The answer gate (test_answer_gate.py): two slices of 10 questions (`--limit 10` takes every other question of
-# the 20-question slices measured in the README), through gate_cli's cluster with the answer stage's timeout
-# raised: the gate measures what the model writes, not how fast (under the service's 25 s the slice would depend
-# on the CI machine's speed and on what runs beside it; an answer takes ~5 s alone on 2 cores).
-ANSWER_SLICE = 10
-ANSWER_DATASETS = ("inscit", "scifact")
-ANSWER_SYNTHESIS_TIMEOUT_S = "120"
-
-
-@pytest.fixture(scope="session")
-def answer_gate_run(gate_cli: RagcCli, gate_env: dict[str, str], gate_dir: Path) -> Iterator[CliRun]:
-    """`ragc eval-answers` over both slices in one command (the engines start once), started in the background.
-    The quality gate starts it once its reranker is trained and scored (test_quality_gate.py: `calibration`):
-    by then the integration tier has ended, and the answer gate's LLM and the abstention steps share the CPU
-    that each alone left partly idle (its Milvus searches ran out of time when it overlapped that tier)."""
-    datasets = []
-    for name in ANSWER_DATASETS:
-        dataset = SHARED / "data" / name
-        if not (dataset / "queries.jsonl").exists():
-            pytest.fail(f"{dataset} is missing (set RAGC_SHARED_DIR to the folder holding data/{name})")
-        datasets += ["--dataset", str(dataset)]
-    env = gate_env | {"RAGC_SERVE__SYNTHESIZE__TIMEOUT_S": ANSWER_SYNTHESIS_TIMEOUT_S}
-    output = gate_dir / "report" / "{dataset}_answers.json"
-    run = start_cli(
-        env,
-        gate_dir / "answers.log",
-        "eval-answers",
-        *datasets,
-        "--limit",
-        str(ANSWER_SLICE),
-        "--output",
-        str(output),
-        timeout=1800,
-    )
-    yield run
-    run.stop()
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The answer gate's tests last: they wait for its run (`answer_gate_run`), which the quality gate starts
-    once the integration tier that runs beside it under `make test` has finished. SciFact is embedded by the
+    """The answer gate last: under `make test` the integration tier runs beside the gate, and by the time the
+    SciFact gate is done it has finished, so the answer gate's LLM does not compete with its servers for
+    the CPU (its Milvus searches ran out of time when the two overlapped). SciFact is then embedded by the
     reranker's training, and the answer gate reuses it."""
     items.sort(key=lambda item: item.path.name == "test_answer_gate.py")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.eval.conftest import CliRun, RagcCli
+from tests.eval.conftest import RagcCli
 
 # the first test carries the whole gate (embed SciFact, train the reranker, evaluate): ~45 min on a slow CPU
 # alone, longer beside the integration tier (`make test`)
@@ -31,11 +31,7 @@ def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]
 
 
 @pytest.fixture(scope="session")
-def quality(
-    gate_cli: RagcCli, gate_dir: Path, scifact: Path, reranker: dict[str, Any], answer_gate_run: CliRun
-) -> dict[str, Any]:
-    """Scored once the reranker is trained, with the answer gate's run started beside this and the abstention
-    steps (each alone left about a third of the 2 cores idle: 8 min of CI at 72% busy)."""
+def quality(gate_cli: RagcCli, gate_dir: Path, scifact: Path, reranker: dict[str, Any]) -> dict[str, Any]:
     output = gate_dir / "report" / "scifact.json"
     return gate_cli(
         "eval", "--dataset", str(scifact), "--reranker", reranker["model"], "--output", str(output), "--json"
