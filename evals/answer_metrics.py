@@ -10,7 +10,8 @@ from functools import cache
 
 from rouge_score import rouge_scorer
 
-CITATION = re.compile(r"\[\d+\]")
+from serve.answer_check import CITATION
+
 ARTICLES = re.compile(r"\b(a|an|the)\b")
 PUNCTUATION = str.maketrans("", "", string.punctuation)
 

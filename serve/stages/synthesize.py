@@ -17,7 +17,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster.config import EmbeddingConfig, LLMEngineConfig, RagcConfig, ResponseMode, SynthesizeConfig
-from serve.answer_check import AnswerCheck, EmbeddingSupport, SupportScorer, attribute, check_answer, repetition
+from serve.answer_check import (
+    CITATION,
+    AnswerCheck,
+    EmbeddingSupport,
+    SupportScorer,
+    attribute,
+    check_answer,
+    repetition,
+)
 from serve.extractive import extractive_answer
 from serve.faults import FaultHooks
 from serve.llm.generation import GenerationParams, Messages, as_generator
@@ -30,7 +38,6 @@ from serve.llm.prompts import (
 )
 from serve.types import AnswerContext, Passage, StreamReset, Synthesis, SynthesisItem, Usage
 
-CITATION = re.compile(r"\[(\d+)\]")
 RESULT_MARGIN = 0.05  # share of the timeout kept to hand a failed retry's verdict back before the pipeline gives up
 RETRY_PACE = 1.2  # a retry is expected to take up to this times the first answer
 ORPHAN_SPACE = re.compile(r"[ \t]+([.,;:!?])")  # left where a removed citation stood before punctuation
