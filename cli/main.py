@@ -110,6 +110,23 @@ def cmd_ingest(cfg: RagcConfig, args: argparse.Namespace) -> int:
     return EXIT_PARTIAL if report.failed else EXIT_OK
 
 
+def cmd_delete(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from ingest_jobs.delete import run_delete
+
+    summary = run_delete(cfg, args.tenant, args.source).summary()
+    emit(
+        summary,
+        args.json,
+        lambda s: (
+            f"deleted tenant {s['tenant']}'s sources {', '.join(s['sources']) or '(none recorded)'}: "
+            f"{s['documents']} documents, {s['chunks']} chunks over {s['generations']} generation(s), "
+            f"{s['enrichment_rows']} enrichment rows; {s['chunks_left']} chunks left, index version "
+            f"{s['index_version']}"
+        ),
+    )
+    return EXIT_OK
+
+
 def cmd_reindex(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from ingest_jobs.reindex import TenantSource, rollback, run_reindex
 
@@ -294,6 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
         "named after the folder); name it to keep a moved folder's documents",
     )
     ingest.set_defaults(func=cmd_ingest)
+
+    delete = sub.add_parser(
+        "delete",
+        parents=[common],
+        help="remove a tenant's documents (or one of its sources') from every generation, and forget them",
+    )
+    delete.add_argument("--tenant", required=True)
+    delete.add_argument(
+        "--source", metavar="NAME", help="only this source's documents (default: all of the tenant's, enrichment too)"
+    )
+    delete.set_defaults(func=cmd_delete)
 
     reindex = sub.add_parser("reindex", parents=[common], help="rebuild into a new collection, then swap the alias")
     reindex.add_argument(

@@ -314,6 +314,7 @@ def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_on
     chunk through the BM25 arm, and a reindex writes nothing again and starts no engine (an edit, the unit
     tests)."""
     from cluster.store.bm25_text import chunk_bm25_text
+    from ingest_jobs.delete import run_delete
     from ingest_jobs.enrich_stage import StoredEnrichment, enrichment_collection, question_key, summary_key
     from serve.stages.retrieve import HybridRetriever
 
@@ -349,6 +350,9 @@ def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_on
     assert sum(t.chunks_enriched for t in rebuilt.tenants) == 0 and sum(t.chunks_total for t in rebuilt.tenants) > 0
     with pytest.raises(CollectionMismatchError, match=r"questions=2\+summary"):
         run_sync(cfg, corpus, "acme")
+    # deleting the tenant (`ragc delete`) takes what was written for it too
+    gone = run_delete(enriched, "acme")
+    assert gone.enrichment_rows == len(written) and store.lookup([*summaries.values(), *questions.values()]) == {}
 
 
 def test_per_arm_weights_decide_the_fused_order_over_real_searches(cfg: RagcConfig, tmp_path: Path) -> None:
@@ -454,6 +458,52 @@ def test_a_tenant_fed_from_two_folders_keeps_both_and_reindex_rebuilds_both(cfg:
     rebuilt = run_reindex(cfg)
     assert sorted((s["source"], s["added"]) for s in rebuilt.summary()["sources"]) == [("handbook", 5), ("wiki", 1)]
     assert sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "acme")) == kept, "both rebuilt, nothing else"
+
+
+def test_deleting_a_source_then_the_tenant_leaves_nothing_of_theirs_in_any_generation(
+    cfg: RagcConfig, tmp_path: Path
+) -> None:
+    """`ragc delete`: one source's documents, then the whole tenant, out of the active generation and the one
+    kept for a rollback, their ledger entries and catalog record with them; another tenant keeps everything."""
+    from ingest_jobs.delete import UnknownSourceError, run_delete
+    from ingest_jobs.sources import TenantSources
+
+    handbook, wiki = two_folders(tmp_path)
+    run_sync(cfg, handbook, "acme")
+    run_sync(cfg, wiki, "acme")
+    run_sync(cfg, wiki, "beta")
+    beta = sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "beta"))
+    old = Collections(connect(cfg), cfg).resolve()
+    rebuilt = run_reindex(cfg)
+    assert rebuilt.dropped == [] and old != rebuilt.collection, "the previous generation is kept for a rollback"
+    with pytest.raises(UnknownSourceError, match=r"no source 'manual' \(its sources: handbook, wiki\)"):
+        run_delete(cfg, "acme", "manual")
+
+    gone = run_delete(cfg, "acme", "wiki")
+    assert (gone.sources, gone.documents, gone.generations) == (["wiki"], 2, 2), gone.summary()
+    assert gone.chunks > 0 and gone.index_version > rebuilt.index_version
+    kept = {*DOCS, "README.md"}
+    assert {r["doc_id"] for r in rows_of(cfg, "acme")} == kept == set(ledger_docs(cfg, "acme"))
+    assert gone.chunks_left == len(rows_of(cfg, "acme"))
+    again = run_sync(cfg, handbook, "acme", prune=True)
+    assert (again.unchanged, again.deleted) == (5, 0), "the handbook's own sync sees its documents as they were"
+    rollback(cfg)  # the generation kept for a rollback lost the wiki too
+    assert {r["doc_id"] for r in rows_of(cfg, "acme")} == kept
+
+    everything = run_delete(cfg, "acme")
+    assert everything.sources == ["handbook"] and everything.documents == 5 and everything.chunks_left == 0
+    collections = Collections(connect(cfg), cfg)
+    for physical in collections.generations():
+        collections.load(physical)
+        assert not connect(cfg).query(physical, filter=eq("tenant_id", "acme"), output_fields=["id"], limit=5)
+    assert rows_of(cfg, "acme") == [] and ledger_docs(cfg, "acme") == []
+    assert TenantSources(collections.catalog, collections.alias, "acme").sources == []
+    assert sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "beta")) == beta, "another tenant keeps its own"
+
+
+def ledger_docs(cfg: RagcConfig, tenant: str) -> list[str]:
+    collections = Collections(connect(cfg), cfg)
+    return sorted(Ledger(connect(cfg), ledger_name(collections.resolve() or "")).entries(tenant))
 
 
 def test_a_collection_with_the_old_single_source_record_keeps_its_documents(cfg: RagcConfig, tmp_path: Path) -> None:
