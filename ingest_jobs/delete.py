@@ -82,8 +82,9 @@ def run_delete(cfg: RagcConfig, tenant: str, source: str | None = None) -> Delet
         if doomed is None:
             report.enrichment_rows = _delete_enrichment(client, collections.alias, tenant)
         report.sources = [s.name for s in sources.sources if doomed is None or s.name == doomed.name]
-        sources.sources = [s for s in sources.sources if s.name not in report.sources]
-        sources.save()
+        if report.sources:
+            sources.sources = [s for s in sources.sources if s.name not in report.sources]
+            sources.save()
         report.chunks_left = count_chunks(client, active, tenant) if active else 0
         changed = report.chunks or report.documents or report.sources or report.enrichment_rows
         report.index_version = collections.bump_index_version() if changed else collections.index_version()
