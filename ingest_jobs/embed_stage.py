@@ -1,22 +1,26 @@
-"""The embedding actor of the ingestion job: one model load per actor, vectors reused wherever they
-already exist (the chunk collection itself, then the shared cache), the model only for the rest."""
+"""The embedding step of the ingestion job: vectors reused wherever they already exist (the chunk collection
+itself, then the shared cache), the model only for the rest. A job of several batches embeds on an actor pool
+(one model load per actor); a job of one batch on a CPU, in a task on a Ray worker that keeps its model
+between jobs (`embed_on_warm_worker`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from cluster.config import IngestConfig, RagcConfig
+from cluster.config import EmbeddingConfig, IngestConfig, RagcConfig
 from cluster.embedding_cache import EmbeddingCache, open_embedding_cache
-from cluster.models import Embedder, SentenceTransformerEmbedder
+from cluster.models import Embedder, SentenceTransformerEmbedder, set_torch_threads
 from cluster.ray_runtime import node_name
 from cluster.store.client import connect
 from cluster.store.expr import is_in
 from cluster.store.schema import ChunkFields
+from cluster.weights import weights_fingerprint
 
 Batch = dict[str, np.ndarray]
 EMBEDDED_ON = "embedded_on"  # the Ray node whose actor resolved the row: the job's spread across nodes
@@ -132,15 +136,52 @@ class ChunkEmbedder:
 
     def __init__(self, config: dict[str, Any], collection: str, reuse_from: tuple[str, ...] = ()) -> None:
         cfg = RagcConfig.model_validate(config)
-        stored = StoredVectors(connect(cfg), [collection, *reuse_from])
-        embedder = SentenceTransformerEmbedder(cfg.embedding)
-        self._resolve = VectorResolver(embedder, stored, open_embedding_cache(cfg), cfg.embedding.passage_text)
+        self._resolve = chunk_resolver(
+            cfg, connect(cfg), collection, reuse_from, SentenceTransformerEmbedder(cfg.embedding)
+        )
         self._node = node_name()
 
     def __call__(self, batch: Batch) -> Batch:
-        # rows of documents that failed to parse carry an error and no text; drop them here rather than
-        # in a separate filter operator, which would need a CPU of its own beside the actors
-        keep = batch["error"] == ""
-        resolved = self._resolve({column: values[keep] for column, values in batch.items()})
-        resolved[EMBEDDED_ON] = np.full(len(resolved[ChunkFields.ID]), self._node)
-        return resolved
+        return embed_parsed(batch, self._resolve, self._node)
+
+
+def embed_on_warm_worker(batch: Batch, config: dict[str, Any], collection: str, reuse_from: tuple[str, ...]) -> Batch:
+    """Ray Data task function (`map_batches(embed_on_warm_worker, fn_kwargs=...)`) for a job of one batch.
+    An actor started for one batch loads the model for one call: ~7 CPU-seconds on these cores (importing
+    sentence-transformers and torch, most of it) before a few seconds of embedding. A task runs on one of the
+    job's pooled Ray workers, which keeps the model it loaded: the sources of a reindex, or the syncs of one
+    driver, load it once per worker. On a GPU the pool stays: Ray gives a GPU task a fresh worker each time."""
+    cfg = RagcConfig.model_validate(config)
+    embedder = warm_embedder(
+        cfg.embedding.model_copy(update={"num_threads": 0}).model_dump_json(), weights_fingerprint(cfg.embedding.model)
+    )
+    set_torch_threads(cfg.embedding.num_threads)  # per batch: the threads are the process's, the model is shared
+    client = connect(cfg)
+    try:
+        return embed_parsed(batch, chunk_resolver(cfg, client, collection, reuse_from, embedder), node_name())
+    finally:
+        client.close()
+
+
+@lru_cache(maxsize=1)
+def warm_embedder(embedding_json: str, weights: str) -> SentenceTransformerEmbedder:
+    """The worker's model, by its configuration and `weights` (their fingerprint: files replaced under the same
+    path load again). One at a time: a job of another model replaces it rather than adding to the memory."""
+    del weights  # part of the cache key only
+    return SentenceTransformerEmbedder(EmbeddingConfig.model_validate_json(embedding_json))
+
+
+def chunk_resolver(
+    cfg: RagcConfig, client: Any, collection: str, reuse_from: tuple[str, ...], embedder: Embedder
+) -> VectorResolver:
+    stored = StoredVectors(client, [collection, *reuse_from])
+    return VectorResolver(embedder, stored, open_embedding_cache(cfg), cfg.embedding.passage_text)
+
+
+def embed_parsed(batch: Batch, resolve: VectorResolver, node: str) -> Batch:
+    # rows of documents that failed to parse carry an error and no text; drop them here rather than
+    # in a separate filter operator, which would need a CPU of its own beside the actors
+    keep = batch["error"] == ""
+    resolved = resolve({column: values[keep] for column, values in batch.items()})
+    resolved[EMBEDDED_ON] = np.full(len(resolved[ChunkFields.ID]), node)
+    return resolved

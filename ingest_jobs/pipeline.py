@@ -1,4 +1,5 @@
-"""The Ray Data part of a sync: parse+chunk in tasks, embed on an actor pool, upsert through a sink."""
+"""The Ray Data part of a sync: parse+chunk in tasks, embed (on an actor pool, or a warm worker for a job of one
+batch on a CPU), upsert through a sink."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from cluster.config import ChunkingConfig, RagcConfig
 from cluster.ray_runtime import ensure_ray
 from ingest_jobs.chunking import Chunker, model_tokenizer
 from ingest_jobs.documents import Failure, SourceDocument
-from ingest_jobs.embed_stage import ChunkEmbedder, embed_pool
+from ingest_jobs.embed_stage import ChunkEmbedder, EmbedPool, embed_on_warm_worker, embed_pool
 from ingest_jobs.enrich_stage import DOC_HEAD_COLUMN, ENRICHED, ENRICHMENT_COLUMN, ChunkEnricher
 from ingest_jobs.loaders import ParseError, parse
 from ingest_jobs.sink import MilvusChunkSink, SinkStats
@@ -109,11 +110,12 @@ def embed_and_write(
             outcome.chunk_ids.setdefault(row["doc_id"], []).append(row["id"])
     if not outcome.chunk_ids:
         return outcome
+    rows = sum(len(ids) for ids in outcome.chunk_ids.values())
     pool = embed_pool(
         cfg.ingest,
         [int(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node["Alive"]],
         float(ray.cluster_resources().get("GPU", 0)),
-        sum(len(ids) for ids in outcome.chunk_ids.values()),
+        rows,
     )
     actor_cfg = cfg
     if pool.torch_threads and not cfg.embedding.num_threads:
@@ -121,27 +123,53 @@ def embed_and_write(
             update={"embedding": cfg.embedding.model_copy(update={"num_threads": pool.torch_threads})}
         )
     sink = MilvusChunkSink(cfg.model_dump(mode="json"), collection)
-    (
-        enriched(chunked, cfg)
-        .map_batches(
-            ChunkEmbedder,
-            fn_constructor_kwargs={
-                "config": actor_cfg.model_dump(mode="json"),
-                "collection": collection,
-                "reuse_from": reuse_from,
-            },
-            # one batch in flight per actor: with the default 4 the first actor ready took every batch of a
-            # small job while the others loaded their models
-            compute=ray.data.ActorPoolStrategy(
-                min_size=pool.min_size, max_size=pool.max_size, max_tasks_in_flight_per_actor=1
-            ),
-            batch_size=cfg.ingest.embed_batch_rows,
-            batch_format="numpy",
-            num_gpus=pool.num_gpus,
-            num_cpus=pool.num_cpus,
-            scheduling_strategy="SPREAD",  # best effort: one model per node before a second on any
-        )
-        .write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the actors' CPUs
-    )
+    embed = embedded_on_warm_worker if one_cpu_batch(pool, rows, cfg) else embedded_on_actor_pool
+    embedded = embed(enriched(chunked, cfg), actor_cfg, pool, collection, reuse_from)
+    embedded.write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the embedders' CPUs
     outcome.stats = sink.stats
     return outcome
+
+
+def one_cpu_batch(pool: EmbedPool, rows: int, cfg: RagcConfig) -> bool:
+    """Whether the job embeds in one batch on a CPU, where a task on a warm worker beats starting an actor."""
+    return pool.num_gpus is None and rows <= cfg.ingest.embed_batch_rows
+
+
+def embedded_on_actor_pool(
+    chunks: Any, cfg: RagcConfig, pool: EmbedPool, collection: str, reuse_from: tuple[str, ...]
+) -> Any:
+    import ray.data
+
+    return chunks.map_batches(
+        ChunkEmbedder,
+        fn_constructor_kwargs={
+            "config": cfg.model_dump(mode="json"),
+            "collection": collection,
+            "reuse_from": reuse_from,
+        },
+        # one batch in flight per actor: with the default 4 the first actor ready took every batch of a
+        # small job while the others loaded their models
+        compute=ray.data.ActorPoolStrategy(
+            min_size=pool.min_size, max_size=pool.max_size, max_tasks_in_flight_per_actor=1
+        ),
+        batch_size=cfg.ingest.embed_batch_rows,
+        batch_format="numpy",
+        num_gpus=pool.num_gpus,
+        num_cpus=pool.num_cpus,
+        scheduling_strategy="SPREAD",  # best effort: one model per node before a second on any
+    )
+
+
+def embedded_on_warm_worker(
+    chunks: Any, cfg: RagcConfig, pool: EmbedPool, collection: str, reuse_from: tuple[str, ...]
+) -> Any:
+    import ray.data
+
+    return chunks.map_batches(
+        embed_on_warm_worker,
+        fn_kwargs={"config": cfg.model_dump(mode="json"), "collection": collection, "reuse_from": reuse_from},
+        compute=ray.data.TaskPoolStrategy(size=1),
+        batch_size=cfg.ingest.embed_batch_rows,
+        batch_format="numpy",
+        num_cpus=pool.num_cpus,
+    )

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from cluster.config import EmbeddingConfig, IngestConfig
+from cluster.config import EmbeddingConfig, IngestConfig, RagcConfig
 from cluster.store.schema import PROP_DENSE_TEXT, CollectionIdentity
+from ingest_jobs import embed_stage
 from ingest_jobs.embed_stage import EmbedPool, VectorResolver, embed_pool
+from ingest_jobs.pipeline import one_cpu_batch
 from ingest_jobs.reindex import same_vectors
 from tests.fakes import DictEmbeddingCache, DictStoredVectors, HashEmbedder
 
@@ -100,3 +102,69 @@ def test_gpu_actors_and_a_configured_pool_are_taken_as_they_are() -> None:
     assert embed_pool(gpu, node_cpus=[16], cluster_gpus=2, rows=9636) == EmbedPool(2, 2, 0, 1, 0)
     fixed = IngestConfig(embed_actors_min=2, embed_actors_max=3)
     assert embed_pool(fixed, node_cpus=[2], cluster_gpus=0, rows=10) == EmbedPool(2, 3, 1, None, 1)
+
+
+class NoStoredRows:
+    """The store client `embed_on_warm_worker` connects per batch: no stored vector, and closed after."""
+
+    closed = 0
+
+    def query(self, collection: str, **_: object) -> list[dict[str, object]]:
+        return []
+
+    def close(self) -> None:
+        NoStoredRows.closed += 1
+
+
+def test_a_warm_worker_loads_its_model_once_across_jobs_and_again_for_other_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A one-batch CPU job embeds in a task: the second job on the same worker (another collection, another
+    thread count) reuses the loaded model; weights replaced under the same path load again."""
+    loads: list[EmbeddingConfig] = []
+    threads: list[int] = []
+    weights = {"fingerprint": "aaaa"}
+
+    def load(cfg: EmbeddingConfig) -> HashEmbedder:
+        loads.append(cfg)
+        return HashEmbedder(dim=cfg.dim)
+
+    monkeypatch.setattr(embed_stage, "SentenceTransformerEmbedder", load)
+    monkeypatch.setattr(embed_stage, "connect", lambda cfg: NoStoredRows())
+    monkeypatch.setattr(embed_stage, "open_embedding_cache", lambda cfg: DictEmbeddingCache())
+    monkeypatch.setattr(embed_stage, "node_name", lambda: "worker-0")
+    monkeypatch.setattr(embed_stage, "weights_fingerprint", lambda model: weights["fingerprint"])
+    monkeypatch.setattr(embed_stage, "set_torch_threads", threads.append)
+    embed_stage.warm_embedder.cache_clear()
+    batch = {
+        "id": np.array(["a", "b"]),
+        "text": np.array(["one", ""]),
+        "title": np.array(["T", ""]),
+        "section": np.array(["", ""]),
+        "error": np.array(["", "bad pdf"]),
+    }
+
+    def job(collection: str, num_threads: int) -> dict[str, np.ndarray]:
+        config = RagcConfig.model_validate({"embedding": {"num_threads": num_threads}}).model_dump(mode="json")
+        return embed_stage.embed_on_warm_worker(dict(batch), config, collection, ())
+
+    first = job("c1", 1)
+    assert first["id"].tolist() == ["a"] and first["embedded"].tolist() == [True]  # the failed row dropped
+    assert first[embed_stage.EMBEDDED_ON].tolist() == ["worker-0"]
+    job("c2", 2)
+    assert len(loads) == 1 and threads == [1, 2], "one model, each job's own threads"
+    weights["fingerprint"] = "bbbb"
+    job("c2", 2)
+    assert len(loads) == 2
+    assert NoStoredRows.closed == 3, "each batch closes the store client it opened"
+    embed_stage.warm_embedder.cache_clear()
+
+
+def test_only_a_one_batch_cpu_job_embeds_on_a_warm_worker() -> None:
+    cfg = RagcConfig()
+    rows = cfg.ingest.embed_batch_rows
+    cpu = embed_pool(cfg.ingest, [2], 0.0, rows)
+    assert one_cpu_batch(cpu, rows, cfg)
+    assert not one_cpu_batch(embed_pool(cfg.ingest, [2], 0.0, rows + 1), rows + 1, cfg)
+    gpu_ingest = cfg.ingest.model_copy(update={"gpus_per_actor": 1.0})
+    assert not one_cpu_batch(embed_pool(gpu_ingest, [2], 1.0, 10), 10, cfg)
