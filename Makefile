@@ -14,9 +14,10 @@ OK5 := || [ $$? -eq 5 ]
 
 setup: $(VENV)/.installed
 
-# --no-compile: pip would byte-compile all ~38,000 modules of the environment on one core (73 s measured);
-# without it Python compiles a module once, when a process first imports it
-PIP_INSTALL := $(PY) -m pip install -q --no-compile
+# pip byte-compiles what it installs: with PYTHONDONTWRITEBYTECODE set (as on this project's machines) nothing
+# else would, and every process would compile each module it imports again (--no-compile made a fresh-clone CI
+# run's integration tier run past 35 min instead of 24)
+PIP_INSTALL := $(PY) -m pip install -q
 
 # torch 2.13.0 (CPU) first: anything that pulls torch before it would fetch a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml

@@ -23,9 +23,7 @@ def client_python(requirements: Path) -> Path:
         return python
     venv.EnvBuilder(clear=True, with_pip=True).create(home)
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-compile", "--no-deps", "-r", str(requirements)],
-        check=True,
-        timeout=600,
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(requirements)], check=True, timeout=600
     )
     (own,) = subprocess.run(
         [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
