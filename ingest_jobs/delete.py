@@ -1,7 +1,8 @@
 """`ragc delete --tenant T [--source NAME]`: take a tenant's documents (or one of its sources') out of the index
 and forget them: their chunks in every generation the alias keeps (a rollback must not bring them back), their
-ledger entries, the source's catalog record (a reindex rebuilds only recorded sources) and, for the whole
-tenant, the text enrichment wrote for it. The index version moves, so no cache serves them again."""
+ledger entries, the source's catalog record (a reindex rebuilds only recorded sources) and the text enrichment
+wrote for them (for the whole tenant, every row it has there). The index version moves, so no cache serves them
+again."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
 from ingest_jobs.documents import check_tenant
 from ingest_jobs.enrich_stage import enrichment_collection
+from ingest_jobs.enrichment_gc import GoneEnrichment
 from ingest_jobs.lease import held
 from ingest_jobs.ledger import Ledger
 from ingest_jobs.sources import NamedSource, TenantSources, owned_entries
@@ -70,17 +72,20 @@ def run_delete(cfg: RagcConfig, tenant: str, source: str | None = None) -> Delet
         for physical in generations:
             if physical != active:
                 collections.load(physical)  # a generation kept for rollback is released; a delete needs it loaded
+            identity = collections.identity_of(physical)
+            gone = GoneEnrichment(client, collections.alias, physical, identity.enrichment if identity else "", tenant)
             try:
-                documents, chunks = _delete_in(client, physical, tenant, doomed, sources)
+                documents, chunks, written = _delete_in(client, physical, gone, tenant, doomed, sources)
             finally:
                 if physical != active:
                     collections.release(physical)
             report.chunks += chunks
+            report.enrichment_rows += written
             if physical == active:
                 report.documents = documents
         report.generations = len(generations)
         if doomed is None:
-            report.enrichment_rows = _delete_enrichment(client, collections.alias, tenant)
+            report.enrichment_rows += _delete_enrichment(client, collections.alias, tenant)
         report.sources = [s.name for s in sources.sources if doomed is None or s.name == doomed.name]
         if report.sources:
             sources.sources = [s for s in sources.sources if s.name not in report.sources]
@@ -104,12 +109,19 @@ def _chosen(sources: TenantSources, name: str | None) -> NamedSource | None:
 
 
 def _delete_in(
-    client: MilvusClient, physical: str, tenant: str, doomed: NamedSource | None, sources: TenantSources
-) -> tuple[int, int]:
-    """(documents forgotten, chunks deleted) in one generation."""
+    client: MilvusClient,
+    physical: str,
+    gone: GoneEnrichment,
+    tenant: str,
+    doomed: NamedSource | None,
+    sources: TenantSources,
+) -> tuple[int, int, int]:
+    """(documents forgotten, chunks deleted, enrichment rows forgotten) in one generation; the whole tenant's
+    enrichment rows are deleted by tenant, once, by the caller."""
     ledger = Ledger(client, ledger_name(physical))
     entries = ledger.entries(tenant)
     before = count_chunks(client, physical, tenant)
+    written = 0
     if doomed is None:
         documents = sorted(entries)
         # by tenant, not by document: also the rows a crashed run wrote before its ledger recorded them
@@ -118,11 +130,12 @@ def _delete_in(
         documents = sorted(owned_entries(entries, doomed, sources.others(doomed)))
         for start in range(0, len(documents), COMMIT_BATCH):
             batch = documents[start : start + COMMIT_BATCH]
+            written += gone.forget(entries[d] for d in batch)
             client.delete(physical, filter=all_of(eq(ChunkFields.TENANT, tenant), is_in(ChunkFields.DOC_ID, batch)))
     for start in range(0, len(documents), COMMIT_BATCH):
         ledger.forget(tenant, documents[start : start + COMMIT_BATCH])
     client.flush(physical)
-    return len(documents), before - count_chunks(client, physical, tenant)
+    return len(documents), before - count_chunks(client, physical, tenant), written
 
 
 def _delete_enrichment(client: MilvusClient, alias: str, tenant: str) -> int:

@@ -17,6 +17,7 @@ from cluster.store.collections import ActiveCollection, Collections, ledger_name
 from cluster.store.expr import all_of, eq, is_in
 from cluster.store.schema import ChunkFields
 from ingest_jobs.documents import Failure, check_tenant
+from ingest_jobs.enrichment_gc import GoneEnrichment
 from ingest_jobs.lease import TenantLease, held, lease_key
 from ingest_jobs.ledger import Ledger, LedgerEntry
 from ingest_jobs.loaders import scan
@@ -43,6 +44,7 @@ class SyncReport:
     chunks_upserted: int = 0
     chunks_total: int = 0
     chunks_by_node: dict[str, int] = field(default_factory=dict)
+    enrichment_forgotten: int = 0  # what enrichment wrote for pruned documents and edited ones' old versions
     missing: int = 0
     skipped_files: int = 0
     listed: int = 0
@@ -74,6 +76,7 @@ class SyncReport:
             "chunks_upserted": self.chunks_upserted,
             "chunks_total": self.chunks_total,
             "chunks_by_node": self.chunks_by_node,
+            "enrichment_forgotten": self.enrichment_forgotten,
             "chunks_per_s": round(rate, 2),
             "seconds": round(self.seconds, 3),
             "index_version": self.index_version,
@@ -155,6 +158,12 @@ def sync_into(
     report.failures += outcome.failures
     landed = [doc for doc in plan.to_process if doc.doc_id in outcome.chunk_ids]
     _fault_point(cfg, "after_write")
+    gone = GoneEnrichment(client, active.alias, active.physical, active.identity.enrichment, tenant)
+    edited = [d for d in landed if d.doc_id in owned and owned[d.doc_id].content_hash != d.content_hash]
+    for start in range(0, len(edited), COMMIT_BATCH):  # the old versions' chunks and summaries
+        batch = edited[start : start + COMMIT_BATCH]
+        kept = [cid for d in batch for cid in outcome.chunk_ids[d.doc_id]]
+        report.enrichment_forgotten += gone.forget([owned[d.doc_id] for d in batch], keep=kept)
     _commit(client, active.physical, ledger, tenant, landed_entries(landed, outcome))
     new_ids = {doc.doc_id for doc in plan.new}
     report.added = sum(doc.doc_id in new_ids for doc in landed)
@@ -166,6 +175,7 @@ def sync_into(
     _fault_point(cfg, "before_prune")
     for start in range(0, len(plan.deleted), COMMIT_BATCH):
         doomed = plan.deleted[start : start + COMMIT_BATCH]
+        report.enrichment_forgotten += gone.forget(owned[d] for d in doomed)
         client.delete(active.physical, filter=all_of(eq(ChunkFields.TENANT, tenant), is_in(ChunkFields.DOC_ID, doomed)))
         ledger.forget(tenant, doomed)
     report.deleted = len(plan.deleted)

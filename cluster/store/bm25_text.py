@@ -12,6 +12,7 @@ import threading
 import Stemmer
 
 WORD = re.compile(r"\w+")
+BM25_FIELDS = "title+section+text"  # what a chunk's BM25 document is made of, before any enrichment
 _local = threading.local()  # PyStemmer's stemmers keep a cache and are not safe to share across threads
 
 
@@ -45,5 +46,12 @@ def chunk_bm25_text(title: str, section: str, text: str, stemmer: str | None, en
 def bm25_scheme(stemmer: str | None, enrichment: str = "") -> str:
     """Recorded on the collection: what its BM25 field holds, so a query is analysed the same way and an
     ingest never mixes chunks enriched otherwise (`enrichment`: what wrote their questions or summaries, "" = none)."""
-    held = "title+section+text" + (f"+{enrichment}" if enrichment else "")
+    held = BM25_FIELDS + (f"+{enrichment}" if enrichment else "")
     return f"{held}:" + (f"words+stem:{stemmer}" if stemmer else "words")
+
+
+def scheme_enrichment(scheme: str) -> str:
+    """What wrote the questions and summaries of a collection recorded with `scheme` ("" = none): the
+    `enrichment` that `bm25_scheme` was given."""
+    match = re.fullmatch(re.escape(BM25_FIELDS) + r"\+(.+):words(?:\+stem:[^:]*)?", scheme)
+    return match.group(1) if match else ""

@@ -12,7 +12,7 @@ from typing import Any
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from cluster.config import ChunkingConfig, EmbeddingConfig, MilvusConfig
-from cluster.store.bm25_text import bm25_scheme
+from cluster.store.bm25_text import bm25_scheme, scheme_enrichment
 from cluster.weights import weights_fingerprint
 
 ID_MAX = 64
@@ -90,6 +90,11 @@ class CollectionIdentity:
             weights=str(props.get(PROP_WEIGHTS, "")),
             dense_text=str(props.get(PROP_DENSE_TEXT, PLAIN_DENSE_TEXT)),
         )
+
+    @property
+    def enrichment(self) -> str:
+        """What wrote its chunks' questions and summaries ("" = none)."""
+        return scheme_enrichment(self.bm25)
 
     def same_weights(self, other: CollectionIdentity) -> bool:
         """Same model id and width, and the same weight files wherever both sides know theirs."""

@@ -312,10 +312,12 @@ def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_on
     """Enrichment with the packaged LLM on vLLM, as a Ray Data stage: every chunk's BM25 document gains its
     document's summary and the questions written for it (its text does not), a word only they hold finds the
     chunk through the BM25 arm, and a reindex writes nothing again and starts no engine (an edit, the unit
-    tests)."""
+    tests). What was written leaves with what it was written for: an edit's old version, a pruned document,
+    a deleted source (in the generation kept for rollback too) and the tenant."""
     from cluster.store.bm25_text import chunk_bm25_text
     from ingest_jobs.delete import run_delete
     from ingest_jobs.enrich_stage import StoredEnrichment, enrichment_collection, question_key, summary_key
+    from ingest_jobs.loaders import file_hash
     from serve.stages.retrieve import HybridRetriever
 
     corpus = make_corpus(tmp_path / "docs")
@@ -350,9 +352,37 @@ def test_enrichment_puts_written_questions_and_summaries_in_the_bm25_document_on
     assert sum(t.chunks_enriched for t in rebuilt.tenants) == 0 and sum(t.chunks_total for t in rebuilt.tenants) > 0
     with pytest.raises(CollectionMismatchError, match=r"questions=2\+summary"):
         run_sync(cfg, corpus, "acme")
-    # deleting the tenant (`ragc delete`) takes what was written for it too
+
+    # what was written goes with what it was written for: an edited document's old summary and dropped chunk,
+    # a pruned document's, a deleted source's, and (deleting the tenant) whatever a crashed run left
+    before_edit = {r["id"] for r in rows if r["doc_id"] == "tenancy.md"}
+    shorter = DOCS["tenancy.md"].split("## Filters")[0]
+    (corpus / "tenancy.md").write_text(shorter, encoding="utf-8")
+    new_summary = summary_key(fingerprint, "acme", "tenancy.md", file_hash(shorter.encode(), {}))
+    store.store(["acme"], [new_summary], ["Tenancy, as written for an earlier version."])  # no engine needed
+    edit = run_sync(enriched, corpus, "acme")
+    kept = {r["id"] for r in rows_of(cfg, "acme", "tenancy.md")}
+    dropped = before_edit - kept
+    assert edit.changed == 1 and edit.chunks_enriched == 0 and kept and dropped and kept < before_edit, edit
+    assert edit.enrichment_forgotten == len(dropped) + 1, edit.summary()
+    assert store.lookup([summaries["tenancy.md"], *(questions[i] for i in dropped)]) == {}
+    current = [new_summary, *(questions[i] for i in kept)]
+    assert set(store.lookup(current)) == set(current)
+
+    (corpus / "cache.md").unlink()
+    pruned = run_sync(enriched, corpus, "acme", prune=True)
+    cache_keys = [summaries["cache.md"], *(questions[r["id"]] for r in rows if r["doc_id"] == "cache.md")]
+    assert pruned.deleted == 1 and pruned.enrichment_forgotten == len(cache_keys), pruned.summary()
+    assert store.lookup(cache_keys) == {}
+
+    left = list(store.lookup([new_summary, *summaries.values(), *questions.values()]))
+    assert left and not set(left) & set(cache_keys)
+    source = run_delete(enriched, "acme", source="docs")  # both generations: the one kept for rollback too
+    assert source.sources == ["docs"] and source.enrichment_rows == len(left), source.summary()
+    assert store.lookup(left) == {}
+    store.store(["acme", "other"], ["stray-acme", "stray-other"], ["a crashed run's", "another tenant's"])
     gone = run_delete(enriched, "acme")
-    assert gone.enrichment_rows == len(written) and store.lookup([*summaries.values(), *questions.values()]) == {}
+    assert gone.enrichment_rows == 1 and set(store.lookup(["stray-acme", "stray-other"])) == {"stray-other"}
 
 
 def test_per_arm_weights_decide_the_fused_order_over_real_searches(cfg: RagcConfig, tmp_path: Path) -> None:

@@ -108,6 +108,14 @@ def test_the_bm25_document_gains_what_was_written_and_the_scheme_names_what_wrot
     assert fingerprint == "questions=3:packaged:smollm2-135m-instruct:q1"
     identity = CollectionIdentity.from_config(cfg.embedding, cfg.chunking, cfg.milvus, fingerprint)
     assert identity.bm25 == f"title+section+text+{fingerprint}:words+stem:english"
+    assert identity.enrichment == fingerprint  # what a delete reads back to find what was written
+    unstemmed = cfg.model_copy(deep=True)
+    unstemmed.milvus.bm25_stemmer = None
+    assert CollectionIdentity.from_config(cfg.embedding, cfg.chunking, unstemmed.milvus, fingerprint).enrichment == (
+        fingerprint
+    )
+    plain = CollectionIdentity.from_config(cfg.embedding, cfg.chunking, cfg.milvus)
+    assert plain.enrichment == "" and CollectionIdentity("m", 4, "c", "analyzer-only").enrichment == ""
     both = RagcConfig.model_validate({"ingest": {"enrichment": {"questions": 2, "summary": True}}})
     assert both.enrichment_fingerprint() == "questions=2+summary:packaged:smollm2-135m-instruct:q1"
     assert RagcConfig().enrichment_fingerprint() == ""
