@@ -484,7 +484,8 @@ class QueryPipeline:
             return []
         cut = f", {synthesis.passages_cut} cut to fit the prompt budget" if synthesis.passages_cut else ""
         tokens = f" ({synthesis.prompt_tokens} prompt tokens)" if synthesis.prompt_tokens else ""
-        return [f"{synthesis.passages_sent} passages sent{tokens}{cut}"]
+        sent = f"{synthesis.passages_sent} passage{'s' if synthesis.passages_sent > 1 else ''} sent"
+        return [f"{sent}{tokens}{cut}"]
 
     @staticmethod
     def _synthesis_detail(synthesis: Synthesis) -> str:

@@ -296,6 +296,13 @@ def test_an_answer_failing_its_check_twice_is_replaced_by_the_extractive_answer(
     assert out["grounded"] and out["citations"] and all(c["supported"] for c in out["citations"])
 
 
+def test_the_detail_counts_what_the_prompt_budget_sent_and_cut() -> None:
+    one = Synthesis("a [1]", [1], True, "llm", passages_sent=1, passages_cut=4, prompt_tokens=357)
+    assert QueryPipeline._budget_text(one) == ["1 passage sent (357 prompt tokens), 4 cut to fit the prompt budget"]
+    assert QueryPipeline._budget_text(Synthesis("a", [], False, "llm", passages_sent=2)) == ["2 passages sent"]
+    assert QueryPipeline._budget_text(Synthesis("a", [], False, "extractive")) == []
+
+
 def test_a_checked_answer_reports_the_support_of_each_citation() -> None:
     out = checked_pipeline_run(["Passage 2 says tenants are kept apart [1]."], [])
     assert out["stages"]["synthesize"]["status"] == "ok"
