@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager, suppress
+
+import psutil
 
 from cluster.config import RagcConfig
 
@@ -31,15 +35,16 @@ def ensure_ray(cfg: RagcConfig) -> None:
         return
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            ray.init(
-                address="local",
-                num_cpus=cfg.ray.num_cpus or os.cpu_count(),
-                include_dashboard=False,
-                object_store_memory=cfg.ray.object_store_memory_mb * MB,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-                _metrics_export_port=cfg.ray.metrics_export_port,
-            )
+            with ray_processes_reaped_on_failure():
+                ray.init(
+                    address="local",
+                    num_cpus=cfg.ray.num_cpus or os.cpu_count(),
+                    include_dashboard=False,
+                    object_store_memory=cfg.ray.object_store_memory_mb * MB,
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                    _metrics_export_port=cfg.ray.metrics_export_port,
+                )
             break
         except Exception as exc:  # Ray raises a bare Exception when its raylet or GCS does not come up
             if not any(t in str(exc) for t in START_TIMEOUTS) or attempt == LOCAL_START_ATTEMPTS:
@@ -51,6 +56,40 @@ def ensure_ray(cfg: RagcConfig) -> None:
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = True
+
+
+@contextmanager
+def ray_processes_reaped_on_failure() -> Iterator[None]:
+    """Around a start of local Ray processes: when it fails, kill the Ray processes it left running. A node
+    whose GCS did not write its port in time keeps that GCS (and whatever else had started) alive, and the node
+    object that would stop it is never returned: every retry of a busy machine's start would add one, until this
+    process exits."""
+    before = {child.pid for child in psutil.Process().children()}
+    try:
+        yield
+    except BaseException:
+        reaped = reap_ray_processes(before)
+        if reaped:
+            logging.getLogger(__name__).warning("stopped %d Ray processes a failed start left running", reaped)
+        raise
+
+
+def reap_ray_processes(before: Collection[int]) -> int:
+    """Kill this process's children that run Ray's code (its binaries, scripts and workers), with their own
+    children, except those in `before`; how many."""
+    import ray
+
+    home = os.path.dirname(ray.__file__)
+    doomed: list[psutil.Process] = []
+    for child in psutil.Process().children():
+        with suppress(psutil.Error):
+            if child.pid not in before and any(home in part for part in child.cmdline()):
+                doomed += [*child.children(recursive=True), child]
+    for process in doomed:
+        with suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(doomed, timeout=10)
+    return len(doomed)
 
 
 def node_name() -> str:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cluster.ray_runtime import LOCAL_START_ATTEMPTS, NODE_LABEL, START_TIMEOUTS
+from cluster.ray_runtime import LOCAL_START_ATTEMPTS, NODE_LABEL, START_TIMEOUTS, ray_processes_reaped_on_failure
 
 if TYPE_CHECKING:
     from ray._private.node import Node
@@ -107,7 +107,8 @@ def _start_head(head_args: dict[str, Any]) -> Cluster:
 
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            return Cluster(initialize_head=True, head_node_args=head_args)
+            with ray_processes_reaped_on_failure():
+                return Cluster(initialize_head=True, head_node_args=head_args)
         except Exception as exc:  # Ray raises a bare Exception when its GCS or raylet does not come up
             if not any(t in str(exc) for t in START_TIMEOUTS) or attempt == LOCAL_START_ATTEMPTS:
                 raise

@@ -1,5 +1,9 @@
 """The local Ray start is tried again (up to three starts) when Ray itself timed out starting, and only then."""
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -79,3 +83,36 @@ def test_joining_a_cluster_gives_its_workers_only_the_configured_variables_that_
     nothing = flaky([])
     ensure_ray(RagcConfig.model_validate({"ray": {"address": "auto", "forward_env": []}}))
     assert nothing.kwargs["runtime_env"] is None
+
+
+NO_TIME_TO_START = """
+import json, sys
+import psutil
+from cluster.config import RagcConfig
+from cluster.ray_runtime import ensure_ray
+from local.nodes import start_local_nodes
+try:
+    {start}
+except Exception as exc:
+    print(exc, file=sys.stderr)
+else:
+    sys.exit("Ray started")
+print(json.dumps([" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]))
+"""
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        'ensure_ray(RagcConfig.model_validate({"ray": {"num_cpus": 1}}))',
+        "start_local_nodes(1, 1)",  # `ragc up --nodes N`: a head, then its workers
+    ],
+)
+def test_the_processes_of_a_start_that_timed_out_are_stopped(start: str) -> None:
+    """For real, in a process of its own: a GCS given no time to write its port file fails every start, as on a
+    saturated machine, and each failed start's GCS is stopped rather than left running beside the next one."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_gcs_server_port_wait_time_s": "0"}
+    script = NO_TIME_TO_START.format(start=start)
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180)
+    assert "Timed out waiting for file" in run.stderr and "starting a new" in run.stderr, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == [], "left running after the failed starts"
