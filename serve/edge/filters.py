@@ -7,6 +7,7 @@ from typing import Any
 
 from cluster.config import FilterField, LimitsConfig
 from cluster.store.expr import literal
+from serve.edge.text_rules import check_encodable
 from serve.errors import BadRequestError
 
 OPERATORS = {"eq": "==", "ne": "!=", "gte": ">=", "lte": "<="}
@@ -26,6 +27,7 @@ def _typed(field: str, spec: FilterField, value: Any) -> str | int:
         raise BadRequestError(f"filter {field!r}: value longer than {MAX_STR} characters")
     if any(ord(c) < 32 for c in value):
         raise BadRequestError(f"filter {field!r}: control characters are not allowed")
+    check_encodable(value, f"filter {field!r}")
     if any(c in value for c in "\"'\\"):
         # values are escaped anyway; refusing quotes outright makes injection attempts visible as 400s
         raise BadRequestError(f"filter {field!r}: quotes and backslashes are not allowed in values")

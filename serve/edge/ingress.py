@@ -28,6 +28,7 @@ from serve.edge.auth import Authenticator
 from serve.edge.filters import compile_filters
 from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
+from serve.edge.text_rules import check_encodable, check_encodable_json
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RetryLaterError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
@@ -185,6 +186,7 @@ class Ingress:
             raise BadRequestError(f"malformed JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise BadRequestError("the body must be a JSON object")
+        check_encodable_json(data, "the body")
         return data
 
     async def parse(self, request: Request) -> QueryRequest:
@@ -205,10 +207,13 @@ class Ingress:
             raise BadRequestError(f"query too long ({len(parsed.query)} > {limits.max_query_chars} characters)")
         if "\x00" in parsed.query:
             raise BadRequestError("query contains a NUL character")
+        check_encodable(parsed.query, "query")
         if len(parsed.history) > limits.max_history_turns:
             raise BadRequestError(f"too many history turns ({len(parsed.history)} > {limits.max_history_turns})")
         if any(len(t.content) > limits.max_turn_chars for t in parsed.history):
             raise BadRequestError(f"a history turn is longer than {limits.max_turn_chars} characters")
+        for n, turn in enumerate(parsed.history):
+            check_encodable(turn.content, f"history turn {n}")
         if parsed.top_k is not None and not 1 <= parsed.top_k <= limits.max_top_k:
             raise BadRequestError(f"top_k must be between 1 and {limits.max_top_k}")
         self._pipeline.mode(parsed)  # an unknown or disallowed mode is refused before any work

@@ -401,6 +401,12 @@ def test_bad_input_is_4xx_with_a_message(service: dict[str, Any]) -> None:
             "UTF-8",
         ),
         (httpx.post(url, content=b"query=x", headers={**ALPHA, "content-type": "text/plain"}), 415, "content type"),
+        # valid JSON, not valid Unicode: a lone surrogate once reached the cache's hash as a 500
+        (
+            httpx.post(url, content=b'{"query": "q \\ud800"}', headers={**ALPHA, "content-type": "application/json"}),
+            400,
+            "surrogate",
+        ),
         (httpx.post(url, json=["q"], headers=ALPHA), 400, "object"),
         (httpx.post(url, json={"query": "q", "unknown": 1}, headers=ALPHA), 400, "unknown"),
         (httpx.post(url, json={"query": "q"}), 401, "missing"),
@@ -409,6 +415,12 @@ def test_bad_input_is_4xx_with_a_message(service: dict[str, Any]) -> None:
     for response, status, word in cases:
         assert response.status_code == status, (status, response.text)
         assert word.lower() in response.json()["error"].lower()
+    chat = httpx.post(
+        f"{service['base']}/v1/chat/completions",
+        content=b'{"model": "ragc", "messages": [{"role": "user", "content": "\\udfff q"}]}',
+        headers={**ALPHA, "content-type": "application/json"},
+    )
+    assert chat.status_code == 400 and "surrogate" in chat.json()["error"]["message"], chat.text
 
 
 def test_streaming_sends_stages_tokens_and_the_final_object(service: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ def test_filters_compile_to_escaped_typed_clauses() -> None:
         ({"doc_type": {"like": "a%"}}, "not allowed"),
         ({"source": {"in": []}}, "non-empty list"),
         ({"doc_type": "a\nb"}, "control characters"),
+        ({"doc_type": "md\ud800"}, "unpaired surrogate"),  # JSON's "\ud800": no UTF-8 encoder takes it
     ],
 )
 def test_filters_refuse_injection_unknown_fields_and_wrong_types(filters: dict, message: str) -> None:

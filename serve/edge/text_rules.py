@@ -1,0 +1,25 @@
+"""Text a request may carry, whichever API it came through: text that encodes. JSON lets a string hold a lone
+UTF-16 surrogate (`"\\ud800"`), which decodes to a `str` that no UTF-8 encoder takes, so hashing it for the
+cache, or sending it to Redis, Milvus or the model, would fail deep inside a stage."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from serve.errors import BadRequestError
+
+
+def check_encodable(text: str, what: str) -> None:
+    """A `BadRequestError` naming `what` when `text` holds an unpaired surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequestError(
+            f"{what} contains an unpaired surrogate ({text[exc.start]!r} at character {exc.start}): not valid Unicode"
+        ) from exc
+
+
+def check_encodable_json(data: Any, what: str) -> None:
+    """`check_encodable` over every string (keys too) of a decoded JSON value."""
+    check_encodable(json.dumps(data, ensure_ascii=False), what)
