@@ -63,7 +63,12 @@ def scan(location: str | Path, max_file_bytes: int) -> ScanResult:
             continue  # read with the document it describes
         result.listed += 1
         suffix = path.suffix.lower()
-        if suffix == CORPUS_SUFFIX:
+        if not _encodable(rel):  # a name's undecodable bytes would fail the whole job where it is hashed
+            if suffix == CORPUS_SUFFIX or suffix in TEXT_TYPES or suffix in BINARY_TYPES:
+                _add(result, seen, Failure(_printable(rel), "file name is not valid UTF-8: rename it"))
+            else:
+                result.skipped.append(_printable(rel))
+        elif suffix == CORPUS_SUFFIX:
             result.read += 1
             for item in _scan_corpus(path, rel, max_file_bytes):
                 _add(result, seen, item)
@@ -73,6 +78,21 @@ def scan(location: str | Path, max_file_bytes: int) -> ScanResult:
         else:
             result.skipped.append(rel)
     return result
+
+
+def _encodable(name: str) -> bool:
+    """Whether a path, as Python decoded it from the file system (undecodable bytes become lone surrogates),
+    is text that can be stored and hashed."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(name: str) -> str:
+    """The name with each undecodable byte shown as U+FFFD, for a report."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def scan_objects(url: str, max_file_bytes: int) -> ScanResult:

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,22 @@ def test_scan_reports_bad_files_and_keeps_the_rest(tmp_path: Path) -> None:
     assert reasons["latin1.txt"].startswith("not valid UTF-8")
     assert reasons["empty.md"] == "empty file"
     assert found.skipped == ["image.png"]
+
+
+def test_a_file_name_that_is_not_utf8_fails_that_file_only(tmp_path: Path) -> None:
+    """Linux names are bytes: Python decodes the undecodable ones to lone surrogates, which once failed the
+    whole Ray job where the chunk id was hashed."""
+    write(tmp_path, "good.md", "# Good\n\ntext")
+    write(tmp_path, os.fsdecode(b"caf\xe9 notes.md"), "# Fine text, a Latin-1 name")
+    write(tmp_path, os.fsdecode(b"old\xff/corpus.jsonl"), json.dumps({"_id": "1", "text": "abc"}))
+    write(tmp_path, os.fsdecode(b"pic\xff.png"), b"\x89PNG")
+    found = scan(tmp_path, LIMIT)
+    assert [d.doc_id for d in found.documents] == ["good.md"]
+    assert {f.doc_id: f.reason for f in found.failures} == {
+        "caf\ufffd notes.md": "file name is not valid UTF-8: rename it",
+        "old\ufffd/corpus.jsonl": "file name is not valid UTF-8: rename it",
+    }
+    assert found.skipped == ["pic\ufffd.png"] and found.listed == 4
 
 
 def test_too_large_file_is_a_failure(tmp_path: Path) -> None:
