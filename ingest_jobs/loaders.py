@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,7 @@ from ingest_jobs.metadata import (
 TEXT_TYPES = {".txt": "txt", ".text": "txt", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
 BINARY_TYPES = {".pdf": "pdf"}
 CORPUS_SUFFIX = ".jsonl"
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ParseError(ValueError):
@@ -91,8 +93,9 @@ def _encodable(name: str) -> bool:
 
 
 def _printable(name: str) -> str:
-    """The name with each undecodable byte shown as U+FFFD, for a report."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    """The name with each lone surrogate (an undecodable byte of a file name, or a JSON escape without its
+    pair) shown as U+FFFD, for a report."""
+    return SURROGATE.sub("\ufffd", name)
 
 
 def scan_objects(url: str, max_file_bytes: int) -> ScanResult:
@@ -266,6 +269,9 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
     body = str(record.get("text") or "")
     if not body.strip() and not title.strip():
         return Failure(doc_id, "empty record")
+    for key, value in (("_id", doc_id), ("title", title), ("text", body)):
+        if not _encodable(value):  # JSON's "\ud800": hashing it would fail the whole job
+            return Failure(_printable(doc_id), f"{key} holds an unpaired surrogate escape: not valid Unicode")
     metadata: dict[str, Any] = record["metadata"] if isinstance(record.get("metadata"), dict) else {}
     text = f"{title}\n\n{body}" if title else body
     return SourceDocument(

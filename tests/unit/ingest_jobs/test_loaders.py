@@ -71,6 +71,9 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
         json.dumps({"title": "no id"}),
         json.dumps({"_id": "d1", "text": "duplicate"}),
         json.dumps({"_id": 7, "text": "numeric id"}),
+        # valid JSON, not valid Unicode: each failed the whole job where its chunk id was hashed
+        '{"_id": "s\\ud800", "text": "a lone surrogate in the id"}',
+        '{"_id": "s2", "title": "\\udfff", "text": "in the title"}',
     ]
     write(tmp_path, "corpus.part1.jsonl", "\n".join(lines))
     write(tmp_path, "corpus.part2.jsonl", json.dumps({"_id": "d9", "text": "second part"}))
@@ -79,7 +82,10 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
     assert sorted(docs) == ["7", "d1", "d9"]
     assert docs["d1"].year == 2019
     assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019)
-    assert len(found.failures) == 3
+    assert len(found.failures) == 5
+    reasons = {f.doc_id: f.reason for f in found.failures}
+    assert reasons["s\ufffd"] == "_id holds an unpaired surrogate escape: not valid Unicode"
+    assert reasons["s2"] == "title holds an unpaired surrogate escape: not valid Unicode"
 
 
 def test_parse_html_and_markdown(tmp_path: Path) -> None:
