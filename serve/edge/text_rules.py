@@ -21,5 +21,11 @@ def check_encodable(text: str, what: str) -> None:
 
 
 def check_encodable_json(data: Any, what: str) -> None:
-    """`check_encodable` over every string (keys too) of a decoded JSON value."""
-    check_encodable(json.dumps(data, ensure_ascii=False), what)
+    """`check_encodable` over every string (keys too) of a decoded JSON value, in one pass over its text."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequestError(
+            f"{what} holds a string with an unpaired surrogate (a \\uD800-\\uDFFF escape without its pair): "
+            "not valid Unicode"
+        ) from exc
