@@ -371,7 +371,10 @@ def _parse_pdf(data: bytes) -> Extracted:
         declared = pdf_meta(reader.metadata)
     except (PyPdfError, ValueError, KeyError, TypeError) as exc:
         raise ParseError(f"corrupt PDF: {exc}") from exc
-    return "\n\n".join(pages), declared
+    # a font's ToUnicode map may name a lone surrogate, which pypdf passes through: shown as U+FFFD, since
+    # such text cannot be hashed or stored
+    declared = {k: _printable(v) if isinstance(v, str) else v for k, v in declared.items()}
+    return _printable("\n\n".join(pages)), declared
 
 
 _PARSERS = {"txt": _parse_plain, "md": _parse_markdown, "html": _parse_html, "pdf": _parse_pdf}

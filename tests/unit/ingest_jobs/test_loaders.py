@@ -121,6 +121,14 @@ def test_a_valid_pdf_gives_its_text_title_and_year(tmp_path: Path) -> None:
     assert "Replicas move between shards." in text and "Second page words." in text
 
 
+def test_a_pdf_whose_font_maps_to_a_lone_surrogate_gives_text_that_encodes(tmp_path: Path) -> None:
+    """pypdf passes a ToUnicode map's lone surrogate through; hashing that text failed the whole job."""
+    write(tmp_path, "odd.pdf", text_pdf(["Broken xAy glyph map."], {"/Title": "Odd"}, to_unicode={"A": "D800"}))
+    title, text, _ = parse(scan(tmp_path, LIMIT).documents[0])
+    assert title == "Odd" and "Broken x\ufffdy glyph map." in text
+    text.encode("utf-8")
+
+
 def test_metadata_from_front_matter_html_meta_and_a_sidecar_that_wins(tmp_path: Path) -> None:
     write(tmp_path, "a.md", "---\ntitle: Front Title\nyear: 2022\ntags: [ops, k8s]\n---\n# Heading\nbody words")
     write(
