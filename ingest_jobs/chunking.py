@@ -14,6 +14,7 @@ from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter, S
 
 from cluster.config import ChunkingConfig
 from cluster.models import resolve_model_path
+from cluster.store.schema import fit_bytes
 from ingest_jobs.documents import ParsedDocument, SourceDocument, chunk_id
 
 Tokenizer = Callable[[str], list[int]]
@@ -61,9 +62,27 @@ def section_path(parents: object, body: str) -> str:
     return " / ".join(parts)
 
 
+def split_to_fit(text: str, max_bytes: int) -> list[str]:
+    """`text` in consecutive parts of at most `max_bytes` UTF-8 bytes, each cut at its last whitespace when it
+    has one in its second half. The token-sized splitter cannot do this for a run without spaces: a 50,000
+    character base64 image is one WordPiece token ([UNK]), so it stayed one chunk, longer than the store's
+    text field, and failed the whole ingest job."""
+    parts: list[str] = []
+    rest = text
+    while len(rest.encode("utf-8")) > max_bytes:
+        head = fit_bytes(rest, max_bytes)
+        space = max(head.rfind(" "), head.rfind("\n"))
+        cut = space if space > len(head) // 2 else len(head)
+        parts.append(rest[:cut].strip())
+        rest = rest[cut:].lstrip()
+    return [p for p in [*parts, rest.strip()] if p]
+
+
 class Chunker:
-    def __init__(self, cfg: ChunkingConfig, tokenizer: Tokenizer) -> None:
+    def __init__(self, cfg: ChunkingConfig, tokenizer: Tokenizer, max_text_bytes: int = 0) -> None:
+        """`max_text_bytes`: the store's limit on a chunk's text (0: none); a longer piece is cut to fit."""
         self._cfg = cfg
+        self._max_text_bytes = max_text_bytes
         self._splitter = SentenceSplitter(
             chunk_size=cfg.chunk_size, chunk_overlap=cfg.chunk_overlap, tokenizer=tokenizer
         )
@@ -81,6 +100,16 @@ class Chunker:
         # the parser keeps each sentence's trailing space and joins them with another
         return [(SPACES.sub(" ", str(n.metadata["window"])).strip(), n.get_content().strip()) for n in nodes]
 
+    def bounded_pieces(self, body: str) -> list[tuple[str, str]]:
+        """`pieces`, each that is longer than the store takes cut into parts that fit (a part is its own focus)."""
+        out: list[tuple[str, str]] = []
+        for piece, focus in self.pieces(body):
+            if self._max_text_bytes and len(piece.encode("utf-8")) > self._max_text_bytes:
+                out += [(part, "") for part in split_to_fit(piece, self._max_text_bytes)]
+            else:
+                out.append((piece, focus))
+        return out
+
     def sections(self, doc: SourceDocument, text: str) -> list[tuple[str, str]]:
         """(header path, text) pieces before size-based splitting."""
         if doc.doc_type == "md" and self._cfg.markdown_headers:
@@ -95,7 +124,7 @@ class Chunker:
         chunks: list[Chunk] = []
         seen: dict[str, int] = {}
         for section, body in self.sections(doc, parsed.text):
-            for piece, focus in self.pieces(body):
+            for piece, focus in self.bounded_pieces(body):
                 if not piece.strip():
                     continue
                 # a window's vector is its sentence's: two windows with the same text are two chunks

@@ -47,13 +47,19 @@ class PipelineOutcome:
 
 
 def parse_and_chunk(
-    row: dict[str, Any], chunking: ChunkingConfig, model: str, tenant: str, head_chars: int = 0
+    row: dict[str, Any],
+    chunking: ChunkingConfig,
+    model: str,
+    tenant: str,
+    head_chars: int = 0,
+    max_text_bytes: int = 0,
 ) -> list[dict[str, Any]]:
-    """`head_chars`: the start of the document each row carries for a summary (0: none)."""
+    """`head_chars`: the start of the document each row carries for a summary (0: none); `max_text_bytes`: the
+    store's limit on a chunk's text."""
     doc = SourceDocument.from_json(row["doc"])
     try:
         parsed = parse(doc)
-        chunks = Chunker(chunking, model_tokenizer(model)).chunk(doc, tenant, parsed)
+        chunks = Chunker(chunking, model_tokenizer(model), max_text_bytes).chunk(doc, tenant, parsed)
     except ParseError as exc:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: str(exc)}]
     if not chunks:
@@ -98,6 +104,7 @@ def embed_and_write(
                 model=cfg.embedding.model,
                 tenant=tenant,
                 head_chars=cfg.ingest.enrichment.document_max_chars if cfg.ingest.enrichment.summary else 0,
+                max_text_bytes=cfg.milvus.text_max_chars,
             )
         )
         .materialize()

@@ -14,7 +14,7 @@ from ray.data.datasource.datasink import WriteResult
 from cluster.config import RagcConfig
 from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
-from cluster.store.schema import ChunkFields
+from cluster.store.schema import SHORT_TEXT_MAX, ChunkFields, fit_bytes
 from ingest_jobs.embed_stage import EMBEDDED_ON
 from ingest_jobs.enrich_stage import ENRICHED, ENRICHMENT_COLUMN
 
@@ -69,8 +69,8 @@ class MilvusChunkSink(Datasink[SinkStats]):
                     if fail_after is not None and batches >= fail_after:
                         raise InjectedFaultError(f"fault hook: failing after {batches} upsert batches")
                     part = rows[start : start + batch_size]
-                    stemmer = cfg.milvus.bm25_stemmer
-                    client.upsert(self._collection, [_milvus_row(r, stemmer) for r in part])
+                    stemmer, limit = cfg.milvus.bm25_stemmer, cfg.milvus.text_max_chars
+                    client.upsert(self._collection, [_milvus_row(r, stemmer, limit) for r in part])
                     upserted += len(part)
                     embedded += sum(bool(r["embedded"]) for r in part)
                     enriched += sum(bool(r[ENRICHED]) for r in part)
@@ -84,7 +84,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
         self.stats = SinkStats.total(write_result.write_returns)
 
 
-def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:
+def _milvus_row(row: Any, stemmer: str | None, text_max_bytes: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for column in STORED_COLUMNS:
         value = row[column]
@@ -94,6 +94,16 @@ def _milvus_row(row: Any, stemmer: str | None) -> dict[str, Any]:
             value = value.item()
         out[column] = value
     f = ChunkFields
+    for short in (f.SOURCE, f.TITLE, f.SECTION):  # a heading or title can be longer than the field
+        out[short] = fit_bytes(out[short], SHORT_TEXT_MAX)
     written = str(row[ENRICHMENT_COLUMN])
-    out[f.BM25_TEXT] = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, written)
+    bm25 = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, written)
+    # title, section and enrichment beside a text at its limit: the index keeps the words that fit
+    out[f.BM25_TEXT] = fit_words(bm25, text_max_bytes)
     return out
+
+
+def fit_words(words: str, max_bytes: int) -> str:
+    """Space-separated words cut to at most `max_bytes` UTF-8 bytes, at a word boundary."""
+    fitted = fit_bytes(words, max_bytes)
+    return fitted if fitted == words else fitted.rsplit(" ", 1)[0]

@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from cluster.store.schema import DOC_ID_MAX
 from ingest_jobs.documents import Failure, SourceDocument
 from ingest_jobs.lease import KeyValueStore
 from ingest_jobs.ledger import LedgerEntry
@@ -149,5 +150,9 @@ def scoped_documents(
                 )
             )
             continue
-        kept.append(replace(doc, doc_id=source.prefix + doc.doc_id) if source.prefix else doc)
+        scoped = replace(doc, doc_id=source.prefix + doc.doc_id) if source.prefix else doc
+        if len(scoped.doc_id.encode("utf-8")) > DOC_ID_MAX:  # the store's id field would refuse the whole batch
+            failed.append(Failure(scoped.doc_id[:80] + "…", f"its id is longer than {DOC_ID_MAX} bytes: shorten it"))
+            continue
+        kept.append(scoped)
     return kept, failed

@@ -19,6 +19,15 @@ ID_MAX = 64
 DOC_ID_MAX = 1024
 TENANT_MAX = 128
 SHORT_TEXT_MAX = 2048
+
+
+def fit_bytes(text: str, max_bytes: int) -> str:
+    """`text` cut to at most `max_bytes` UTF-8 bytes, never inside a character: what a VARCHAR field of
+    `max_length` takes whether the store counts characters or bytes."""
+    data = text.encode("utf-8")
+    return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", "ignore")
+
+
 PLACEHOLDER_DIM = 2  # Milvus wants a vector field in every collection; key-value collections carry a dummy one
 
 # Collection properties that pin what the vectors mean.

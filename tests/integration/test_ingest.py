@@ -625,6 +625,46 @@ def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_n
     assert {r["doc_id"]: r["year"] for r in rows} == {"front.md": 2021, "plain.txt": 2023, "paper.pdf": 2022}
 
 
+def test_odd_documents_are_stored_whole_or_fail_alone(cfg: RagcConfig, tmp_path: Path) -> None:
+    """Each of these once failed the whole job (nothing ingested) against the real store: a base64 image longer
+    than the text field (one WordPiece token, so one chunk), a title and a heading longer than their fields, a
+    file name that is not UTF-8, a JSON record with a lone surrogate escape, a PDF whose font maps to one."""
+    import os
+
+    from cluster.store.schema import SHORT_TEXT_MAX
+    from tests.unit.ingest_jobs.pdfs import text_pdf
+
+    corpus = tmp_path / "odd"
+    corpus.mkdir()
+    blob = "iVBORw0KGgo" * 5_000
+    image = f"![shot](data:image/png;base64,{blob})"
+    (corpus / "shot.md").write_text(f"# Screenshot\n\nThe dashboard:\n\n{image}\n\nAfter it.\n")
+    heading = " ".join(["heading"] * 400)
+    (corpus / "long.md").write_text(f"---\ntitle: {'Title ' * 500}\n---\n# {heading}\n\nUnder a long heading.\n")
+    (corpus / os.fsdecode(b"caf\xe9.md")).write_text("# Latin-1 name\n\nFine text.\n")
+    records = ['{"_id": "r1", "text": "A good record."}', '{"_id": "r2", "text": "bad \\ud800 record"}']
+    (corpus / "corpus.jsonl").write_text("\n".join(records))
+    (corpus / "odd.pdf").write_bytes(text_pdf(["Broken xAy font."], {}, to_unicode={"A": "D800"}))
+    report = run_sync(cfg, corpus, "odd")
+    assert (report.added, report.failed) == (4, 2), report.summary()
+    assert {f.reason for f in report.failures} == {
+        "file name is not valid UTF-8: rename it",
+        "text holds an unpaired surrogate escape: not valid Unicode",
+    }
+    fields = ["doc_id", "text", "title", "section"]
+    rows = connect(cfg).query(cfg.milvus.collection, filter=eq("tenant_id", "odd"), output_fields=fields)
+    by_doc: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_doc.setdefault(row["doc_id"], []).append(row)
+    assert set(by_doc) == {"shot.md", "long.md", "r1", "odd.pdf"}
+    assert all(len(r["text"].encode()) <= cfg.milvus.text_max_chars for r in rows)
+    assert blob in "".join(r["text"] for r in by_doc["shot.md"]) and len(by_doc["shot.md"]) >= 4
+    (long,) = by_doc["long.md"]
+    assert long["title"].startswith("Title Title") and len(long["title"].encode()) <= SHORT_TEXT_MAX
+    assert long["section"].startswith("heading heading") and len(long["section"].encode()) <= SHORT_TEXT_MAX
+    assert "Broken x\ufffdy font." in by_doc["odd.pdf"][0]["text"]
+
+
 def test_a_second_ingest_of_a_busy_tenant_says_who_holds_it_and_writes_nothing(cfg: RagcConfig, tmp_path: Path) -> None:
     from cluster.store.client import Catalog
     from ingest_jobs.lease import TenantBusyError, TenantLease, lease_key

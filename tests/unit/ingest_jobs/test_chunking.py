@@ -1,7 +1,7 @@
 """The chunker: markdown sections, splitting, stable ids, the model's tokenizer."""
 
 from cluster.config import ChunkingConfig
-from ingest_jobs.chunking import Chunker
+from ingest_jobs.chunking import Chunker, split_to_fit
 from ingest_jobs.documents import ParsedDocument
 from tests.unit.ingest_jobs.sample_docs import doc
 
@@ -65,3 +65,29 @@ def test_a_window_chunk_id_depends_on_its_sentence_and_survives_an_unrelated_edi
 def test_the_window_is_recorded_in_the_chunker_fingerprint() -> None:
     assert ChunkingConfig(sentence_window=2).fingerprint() == "window:2:md=1"
     assert ChunkingConfig().fingerprint() == "sentence:256:32:md=1"
+
+
+def test_a_run_without_spaces_longer_than_the_store_takes_is_cut_to_fit() -> None:
+    """A base64 image in Markdown is one WordPiece token however long: the token splitter leaves it whole."""
+    blob = "QUJD" * 12_500  # 50,000 characters
+    text = "Intro words here.\n\n" + blob + "\n\nOutro words."
+    limit = 16_384
+    chunker = Chunker(ChunkingConfig(), lambda t: [0] * len(t.split()), max_text_bytes=limit)
+    chunks = chunker.chunk(doc("a.md", doc_type="md"), "t", ParsedDocument("", text, 0))
+    assert all(len(c.text.encode()) <= limit for c in chunks)
+    assert "".join("".join(c.text for c in chunks).split()) == "".join(text.split()), "nothing is lost"
+    assert len({c.id for c in chunks}) == len(chunks) and [c.chunk_index for c in chunks] == list(range(len(chunks)))
+    unbounded = Chunker(ChunkingConfig(), lambda t: [0] * len(t.split()))
+    short = ParsedDocument("", "Intro words here.\n\nOutro words.", 0)
+
+    def ids(c: Chunker) -> list[str]:
+        return [chunk.id for chunk in c.chunk(doc("b.md"), "t", short)]
+
+    assert ids(chunker) == ids(unbounded), "what fits is chunked as before: its ids do not move"
+
+
+def test_parts_are_cut_at_whitespace_and_never_inside_a_character() -> None:
+    assert split_to_fit("aaaa bbbb cccc", 9) == ["aaaa bbbb", "cccc"]
+    assert split_to_fit("x" * 10, 4) == ["xxxx", "xxxx", "xx"]
+    parts = split_to_fit("中" * 10, 7)  # three bytes each: two fit in seven
+    assert parts == ["中中"] * 5 and split_to_fit("short", 100) == ["short"]

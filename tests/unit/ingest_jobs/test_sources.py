@@ -88,6 +88,17 @@ def test_a_first_source_file_named_like_another_sources_prefix_fails_instead_of_
     assert failures[0].doc_id == "b::notes.md" and "prefix of source 'b'" in failures[0].reason
 
 
+def test_an_id_longer_than_the_store_takes_fails_that_document_only(tmp_path: Path) -> None:
+    store = DictStore()
+    a = recorded(store, "t", tenant_sources(store).choose(tmp_path / "a"))
+    b = tenant_sources(store).choose(tmp_path / "b")
+    deep = "/".join(["folder"] * 145) + "/abcd.md"  # 1,022 bytes: fits alone, not behind the prefix "b::"
+    alone, _ = scoped_documents([doc(deep)], [], a, [b])
+    docs, failures = scoped_documents([doc(deep), doc("ok.md")], [], b, [a])
+    assert [d.doc_id for d in alone] == [deep] and [d.doc_id for d in docs] == ["b::ok.md"]
+    assert failures[0].reason == "its id is longer than 1024 bytes: shorten it" and len(failures[0].doc_id) < 100
+
+
 def test_the_old_single_source_record_reads_as_the_first_source_and_is_replaced_once_saved(tmp_path: Path) -> None:
     store = DictStore({legacy_source_key(ALIAS, "t"): {"path": str(tmp_path / "old"), "prune": True}})
     sources = tenant_sources(store)
