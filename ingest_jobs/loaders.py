@@ -16,6 +16,7 @@ from ingest_jobs.documents import Failure, ParsedDocument, SourceDocument, sha
 from ingest_jobs.locations import filesystem, normalized, read_bytes, remote_scheme
 from ingest_jobs.metadata import (
     SIDECAR_SUFFIX,
+    YEAR_MAX,
     DocumentMetadata,
     MetadataError,
     html_meta,
@@ -273,6 +274,11 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
         if not _encodable(value):  # JSON's "\ud800": hashing it would fail the whole job
             return Failure(_printable(doc_id), f"{key} holds an unpaired surrogate escape: not valid Unicode")
     metadata: dict[str, Any] = record["metadata"] if isinstance(record.get("metadata"), dict) else {}
+    year, updated_at = _int(metadata.get("year")), _int(metadata.get("updated_at"))
+    if not 0 <= year <= YEAR_MAX:  # as a file's declared year; a store's INT64 would refuse the whole batch
+        return Failure(doc_id, f"metadata year {year} is not between 0 and {YEAR_MAX}")
+    if not -(2**63) <= updated_at < 2**63:
+        return Failure(doc_id, "metadata updated_at does not fit a 64-bit integer")
     text = f"{title}\n\n{body}" if title else body
     return SourceDocument(
         doc_id=doc_id,
@@ -280,16 +286,18 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
         doc_type="jsonl",
         content_hash=sha(json.dumps([title, body, metadata], sort_keys=True)),
         title=title,
-        updated_at=_int(metadata.get("updated_at")),
-        year=_int(metadata.get("year")),
+        updated_at=updated_at,
+        year=year,
         text=text,
     )
 
 
 def _int(value: Any) -> int:
+    """A whole number, or 0 for what is not one (JSON's NaN included; its Infinity raised OverflowError and
+    stopped the scan)."""
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
 
 

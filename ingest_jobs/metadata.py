@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SIDECAR_SUFFIX = ".meta.json"
+YEAR_MAX = 9999
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 # <meta name=...> spellings of the same field (Dublin Core, Highwire/Google Scholar, Open Graph)
 HTML_NAMES = {
@@ -41,7 +42,7 @@ class DocumentMetadata(BaseModel):
 
     title: str | None = Field(default=None, min_length=1)
     author: str | None = None
-    year: int | None = Field(default=None, ge=0, le=9999)
+    year: int | None = Field(default=None, ge=0, le=YEAR_MAX)
     date: dt.date | None = None
     tags: list[str] = Field(default_factory=list)
 

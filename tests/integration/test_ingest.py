@@ -628,7 +628,8 @@ def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_n
 def test_odd_documents_are_stored_whole_or_fail_alone(cfg: RagcConfig, tmp_path: Path) -> None:
     """Each of these once failed the whole job (nothing ingested) against the real store: a base64 image longer
     than the text field (one WordPiece token, so one chunk), a title and a heading longer than their fields, a
-    file name that is not UTF-8, a JSON record with a lone surrogate escape, a PDF whose font maps to one."""
+    file name that is not UTF-8, a JSON record with a lone surrogate escape or a year past INT64, a PDF whose
+    font maps to a lone surrogate."""
     import os
 
     from cluster.store.schema import SHORT_TEXT_MAX
@@ -642,14 +643,19 @@ def test_odd_documents_are_stored_whole_or_fail_alone(cfg: RagcConfig, tmp_path:
     heading = " ".join(["heading"] * 400)
     (corpus / "long.md").write_text(f"---\ntitle: {'Title ' * 500}\n---\n# {heading}\n\nUnder a long heading.\n")
     (corpus / os.fsdecode(b"caf\xe9.md")).write_text("# Latin-1 name\n\nFine text.\n")
-    records = ['{"_id": "r1", "text": "A good record."}', '{"_id": "r2", "text": "bad \\ud800 record"}']
+    records = [
+        '{"_id": "r1", "text": "A good record."}',
+        '{"_id": "r2", "text": "bad \\ud800 record"}',
+        '{"_id": "r3", "text": "From the far future.", "metadata": {"year": 1e30}}',
+    ]
     (corpus / "corpus.jsonl").write_text("\n".join(records))
     (corpus / "odd.pdf").write_bytes(text_pdf(["Broken xAy font."], {}, to_unicode={"A": "D800"}))
     report = run_sync(cfg, corpus, "odd")
-    assert (report.added, report.failed) == (4, 2), report.summary()
+    assert (report.added, report.failed) == (4, 3), report.summary()
     assert {f.reason for f in report.failures} == {
         "file name is not valid UTF-8: rename it",
         "text holds an unpaired surrogate escape: not valid Unicode",
+        "metadata year 1000000000000000019884624838656 is not between 0 and 9999",
     }
     fields = ["doc_id", "text", "title", "section"]
     rows = connect(cfg).query(cfg.milvus.collection, filter=eq("tenant_id", "odd"), output_fields=fields)

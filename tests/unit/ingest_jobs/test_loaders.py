@@ -74,6 +74,9 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
         # valid JSON, not valid Unicode: each failed the whole job where its chunk id was hashed
         '{"_id": "s\\ud800", "text": "a lone surrogate in the id"}',
         '{"_id": "s2", "title": "\\udfff", "text": "in the title"}',
+        # a year past any INT64 failed the whole upsert batch; JSON's Infinity stopped the scan itself
+        '{"_id": "y1", "text": "far future", "metadata": {"year": 1e30}}',
+        '{"_id": "y2", "text": "infinite", "metadata": {"year": Infinity, "updated_at": 1e300}}',
     ]
     write(tmp_path, "corpus.part1.jsonl", "\n".join(lines))
     write(tmp_path, "corpus.part2.jsonl", json.dumps({"_id": "d9", "text": "second part"}))
@@ -82,8 +85,10 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
     assert sorted(docs) == ["7", "d1", "d9"]
     assert docs["d1"].year == 2019
     assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019)
-    assert len(found.failures) == 5
+    assert len(found.failures) == 7
     reasons = {f.doc_id: f.reason for f in found.failures}
+    assert reasons["y1"].startswith("metadata year 1000000000000000019884624838656 is not between 0 and 9999")
+    assert reasons["y2"] == "metadata updated_at does not fit a 64-bit integer"  # Infinity is no year: 0
     assert reasons["s\ufffd"] == "_id holds an unpaired surrogate escape: not valid Unicode"
     assert reasons["s2"] == "title holds an unpaired surrogate escape: not valid Unicode"
 
