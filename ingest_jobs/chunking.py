@@ -14,7 +14,6 @@ from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter, S
 
 from cluster.config import ChunkingConfig
 from cluster.models import resolve_model_path
-from cluster.store.schema import fit_bytes
 from ingest_jobs.documents import ParsedDocument, SourceDocument, chunk_id
 
 Tokenizer = Callable[[str], list[int]]
@@ -64,18 +63,22 @@ def section_path(parents: object, body: str) -> str:
 
 def split_to_fit(text: str, max_bytes: int) -> list[str]:
     """`text` in consecutive parts of at most `max_bytes` UTF-8 bytes, each cut at its last whitespace when it
-    has one in its second half. The token-sized splitter cannot do this for a run without spaces: a 50,000
-    character base64 image is one WordPiece token ([UNK]), so it stayed one chunk, longer than the store's
-    text field, and failed the whole ingest job."""
+    has one in its second half, never inside a character. The token-sized splitter cannot do this for a run
+    without spaces: a 50,000 character base64 image is one WordPiece token ([UNK]), so it stayed one chunk,
+    longer than the store's text field, and failed the whole ingest job."""
+    data = text.encode("utf-8")
     parts: list[str] = []
-    rest = text
-    while len(rest.encode("utf-8")) > max_bytes:
-        head = fit_bytes(rest, max_bytes)
-        space = max(head.rfind(" "), head.rfind("\n"))
-        cut = space if space > len(head) // 2 else len(head)
-        parts.append(rest[:cut].strip())
-        rest = rest[cut:].lstrip()
-    return [p for p in [*parts, rest.strip()] if p]
+    start = 0
+    while len(data) - start > max_bytes:
+        end = start + max_bytes
+        while end > start and data[end] & 0xC0 == 0x80:  # a continuation byte: back to its character's first
+            end -= 1
+        space = max(data.rfind(b" ", start, end), data.rfind(b"\n", start, end))
+        cut = space if space > start + max_bytes // 2 else end
+        parts.append(data[start:cut].decode("utf-8").strip())
+        start = cut
+    parts.append(data[start:].decode("utf-8").strip())
+    return [part for part in parts if part]
 
 
 class Chunker:
