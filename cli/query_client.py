@@ -21,7 +21,8 @@ CLIENT_TIMEOUT_S = 120.0
 
 
 def parse_filters(items: list[str], fields: Mapping[str, FilterField]) -> dict[str, Any]:
-    """`FIELD=VALUE` flags as the API's filter object, typed by the config's filter fields."""
+    """`FIELD=VALUE` flags as the API's filter object, typed by the config's filter fields. On a list field
+    (`tags`) `=` means it holds the value, or every one of a comma-separated list."""
     filters: dict[str, Any] = {}
     for item in items:
         match = FILTER.match(item)
@@ -29,6 +30,13 @@ def parse_filters(items: list[str], fields: Mapping[str, FilterField]) -> dict[s
             raise ValueError(f"bad filter {item!r}: use FIELD=VALUE, FIELD>=N or FIELD<=N")
         field, op, raw = match.groups()
         known = fields.get(field)
+        if known is not None and known.type == "str_list":
+            values = [v.strip() for v in raw.split(",") if v.strip()]
+            if op != "=" or not values:
+                raise ValueError(f"bad filter {item!r}: {field} is a list; use {field}=VALUE or {field}=A,B")
+            single = len(values) == 1
+            filters.setdefault(field, {})["contains" if single else "contains_all"] = values[0] if single else values
+            continue
         value: Any = int(raw) if known is not None and known.type == "int" and raw.lstrip("-").isdigit() else raw
         filters.setdefault(field, {})[OPS[op]] = value
     return filters

@@ -14,7 +14,7 @@ from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter, S
 
 from cluster.config import ChunkingConfig
 from cluster.models import resolve_model_path
-from ingest_jobs.documents import ParsedDocument, SourceDocument, chunk_id
+from ingest_jobs.documents import TAG_SEPARATOR, ParsedDocument, SourceDocument, chunk_id
 
 Tokenizer = Callable[[str], list[int]]
 SPACES = re.compile(r"[ \t]{2,}")
@@ -34,6 +34,8 @@ class Chunk:
     updated_at: int
     chunk_index: int
     content_hash: str
+    author: str = ""
+    tags: str = ""  # joined by documents.TAG_SEPARATOR: one string column in the job's rows
     focus: str = ""  # sentence-window retrieval: the sentence the dense arm embeds ("" = the text); never stored
 
 
@@ -148,6 +150,8 @@ class Chunker:
                         updated_at=doc.updated_at,
                         chunk_index=len(chunks),
                         content_hash=doc.content_hash,
+                        author=parsed.author,
+                        tags=TAG_SEPARATOR.join(parsed.tags),
                         focus=focus,
                     )
                 )

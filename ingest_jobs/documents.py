@@ -23,6 +23,8 @@ class SourceDocument:
     title: str = ""
     updated_at: int = 0
     year: int = 0
+    author: str = ""
+    tags: list[str] = field(default_factory=list)
     path: str = ""
     text: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -35,12 +37,17 @@ class SourceDocument:
         return cls(**json.loads(raw))
 
 
+TAG_SEPARATOR = "\x1f"  # a row's tags in one string (a control character, which no tag holds: metadata.py)
+
+
 class ParsedDocument(NamedTuple):
-    """What parsing a document yields: its title and year (declared metadata first) and its text."""
+    """What parsing a document yields: its title, year, author and tags (declared metadata first) and its text."""
 
     title: str
     text: str
     year: int
+    author: str = ""
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -279,6 +279,10 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
         return Failure(doc_id, f"metadata year {year} is not between 0 and {YEAR_MAX}")
     if not -(2**63) <= updated_at < 2**63:
         return Failure(doc_id, "metadata updated_at does not fit a 64-bit integer")
+    try:
+        declared = validate({k: metadata[k] for k in ("author", "tags") if k in metadata}, doc_id)
+    except MetadataError as exc:
+        return Failure(doc_id, str(exc))
     text = f"{title}\n\n{body}" if title else body
     return SourceDocument(
         doc_id=doc_id,
@@ -288,6 +292,8 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
         title=title,
         updated_at=updated_at,
         year=year,
+        author=declared.author or "",
+        tags=declared.tags,
         text=text,
     )
 
@@ -305,7 +311,7 @@ def parse(doc: SourceDocument) -> ParsedDocument:
     """Title, text and year of a document; raises ParseError with the reason when it has no usable text or
     declares metadata of the wrong type. Sidecar fields win over those inside the document."""
     if doc.text is not None:
-        return ParsedDocument(doc.title, doc.text, doc.year)
+        return ParsedDocument(doc.title, doc.text, doc.year, doc.author, tuple(doc.tags))
     try:
         data = read_bytes(doc.path)
         sidecar = _remote_sidecar(doc) if remote_scheme(doc.path) else doc.extra.get("sidecar", {})
@@ -323,7 +329,9 @@ def parse(doc: SourceDocument) -> ParsedDocument:
     if not text.strip():
         raise ParseError("no text content")
     year = meta.effective_year
-    return ParsedDocument(meta.title or doc.title, text, doc.year if year is None else year)
+    return ParsedDocument(
+        meta.title or doc.title, text, doc.year if year is None else year, meta.author or "", tuple(meta.tags)
+    )
 
 
 def _remote_sidecar(doc: SourceDocument) -> dict[str, Any]:

@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cluster.store.schema import TAG_MAX, TAGS_MAX
+
 SIDECAR_SUFFIX = ".meta.json"
 YEAR_MAX = 9999
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
@@ -68,6 +70,25 @@ class DocumentMetadata(BaseModel):
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
+
+    @field_validator("tags")
+    @classmethod
+    def _storable_tags(cls, tags: list[str]) -> list[str]:
+        """Stripped, blank ones dropped, each once (first place kept): what the `tags` filter matches exactly."""
+        kept = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
+        if len(kept) > TAGS_MAX:
+            raise ValueError(f"at most {TAGS_MAX} tags, got {len(kept)}")
+        for tag in kept:
+            if len(tag) > TAG_MAX:
+                raise ValueError(f"a tag is longer than {TAG_MAX} characters: {tag[:40]!r}...")
+            if any(ord(c) < 32 for c in tag) or any(c in tag for c in "\"'\\"):
+                raise ValueError(f"tag {tag!r} holds a quote, backslash or control character")
+        return kept
+
+    @field_validator("author")
+    @classmethod
+    def _stripped_author(cls, author: str | None) -> str | None:
+        return author.strip() or None if author is not None else None
 
     @property
     def effective_year(self) -> int | None:

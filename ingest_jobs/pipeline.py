@@ -31,6 +31,8 @@ EMPTY_ROW: dict[str, Any] = {
     "updated_at": 0,
     "chunk_index": 0,
     "content_hash": "",
+    "author": "",
+    "tags": "",
     "focus": "",
     ENRICHMENT_COLUMN: "",
     ENRICHED: False,

@@ -14,7 +14,8 @@ from ray.data.datasource.datasink import WriteResult
 from cluster.config import RagcConfig
 from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
-from cluster.store.schema import SHORT_TEXT_MAX, ChunkFields, fit_bytes
+from cluster.store.schema import AUTHOR_MAX, SHORT_TEXT_MAX, ChunkFields, fit_bytes, stored_fields
+from ingest_jobs.documents import TAG_SEPARATOR
 from ingest_jobs.embed_stage import EMBEDDED_ON
 from ingest_jobs.enrich_stage import ENRICHED, ENRICHMENT_COLUMN
 
@@ -60,6 +61,8 @@ class MilvusChunkSink(Datasink[SinkStats]):
         client = connect(cfg)
         batch_size = cfg.ingest.upsert_batch_size
         fail_after = cfg.ingest.faults.fail_after_batches
+        # a collection created before documents' author and tags were stored has no field for them
+        declared = stored_fields(client, self._collection) >= set(ChunkFields.DECLARED)
         upserted = embedded = enriched = batches = 0
         by_node = Counter[str]()
         try:
@@ -70,7 +73,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
                         raise InjectedFaultError(f"fault hook: failing after {batches} upsert batches")
                     part = rows[start : start + batch_size]
                     stemmer, limit = cfg.milvus.bm25_stemmer, cfg.milvus.text_max_chars
-                    client.upsert(self._collection, [_milvus_row(r, stemmer, limit) for r in part])
+                    client.upsert(self._collection, [_milvus_row(r, stemmer, limit, declared) for r in part])
                     upserted += len(part)
                     embedded += sum(bool(r["embedded"]) for r in part)
                     enriched += sum(bool(r[ENRICHED]) for r in part)
@@ -84,7 +87,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
         self.stats = SinkStats.total(write_result.write_returns)
 
 
-def _milvus_row(row: Any, stemmer: str | None, text_max_bytes: int) -> dict[str, Any]:
+def _milvus_row(row: Any, stemmer: str | None, text_max_bytes: int, declared: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for column in STORED_COLUMNS:
         value = row[column]
@@ -100,6 +103,9 @@ def _milvus_row(row: Any, stemmer: str | None, text_max_bytes: int) -> dict[str,
     bm25 = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, written)
     # title, section and enrichment beside a text at its limit: the index keeps the words that fit
     out[f.BM25_TEXT] = fit_words(bm25, text_max_bytes)
+    if declared:
+        out[f.AUTHOR] = fit_bytes(str(row[f.AUTHOR]), AUTHOR_MAX)
+        out[f.TAGS] = [t for t in str(row[f.TAGS]).split(TAG_SEPARATOR) if t]
     return out
 
 

@@ -20,7 +20,7 @@ from serve import metrics
 from serve.answerability import AnswerabilityModel, abstain_below, answerability_features
 from serve.breaker import breakers
 from serve.cache import CacheScope, ResponseCache
-from serve.errors import BadRequestError, OverloadedError, UnavailableError
+from serve.errors import BadRequestError, OverloadedError, QueryError, UnavailableError
 from serve.extractive import extractive_answer
 from serve.roles import Stages
 from serve.tracing import record, span
@@ -66,11 +66,22 @@ async def call_stage(stage: str, call: Callable[[], Awaitable[T]], timeout_s: fl
             record(current, "cancelled")
             raise
         except Exception as exc:
+            refusal = client_error(exc)
+            if refusal is not None:  # the request's fault (a 4xx), not the stage's: no fallback hides it
+                record(current, "refused", detail=refusal.message)
+                raise refusal from None
             failure = stage_failure(stage, exc, timeout_s)
             record(current, "error", detail=failure.reason)
             raise failure from exc
         record(current, "ok")
         return result
+
+
+def client_error(exc: Exception) -> QueryError | None:
+    """The 4xx a stage raised for the request itself, out of Ray's wrapper (its `cause`)."""
+    cause = getattr(exc, "cause", None)
+    error = cause if isinstance(cause, QueryError) else exc
+    return error if isinstance(error, QueryError) and error.status_code < 500 else None
 
 
 def stage_failure(stage: str, exc: Exception, timeout_s: float) -> StageFailure:

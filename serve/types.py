@@ -52,6 +52,8 @@ class Passage:
     section: str = ""
     doc_type: str = ""
     year: int = 0
+    author: str = ""
+    tags: tuple[str, ...] = ()
     score: float = 0.0
     dense_score: float | None = None
     rerank_score: float | None = None
@@ -65,6 +67,8 @@ class Passage:
             title=self.title,
             source=self.source,
             section=self.section,
+            author=self.author,
+            tags=list(self.tags),
             text=self.text,
             score=round(self.score, 6),
             dense_score=None if self.dense_score is None else round(self.dense_score, 6),
@@ -221,6 +225,8 @@ class PassageOut(BaseModel):
     title: str
     source: str
     section: str
+    author: str = Field(default="", description='the document\'s declared author ("": none, or not stored)')
+    tags: list[str] = Field(default_factory=list, description="the document's declared tags")
     text: str
     score: float = Field(description="fusion (or rerank) score: an order, not a probability")
     dense_score: float | None = Field(description="cosine of the question and the chunk")

@@ -12,10 +12,11 @@ from cluster.config.base import SecretRef, Section
 STAGES = ("ingress", "rewrite", "retrieve", "rerank", "synthesize")
 
 
-FilterOp = Literal["eq", "ne", "in", "gte", "lte"]
+FilterOp = Literal["eq", "ne", "in", "gte", "lte", "contains", "contains_any", "contains_all"]
 
 
 EQUALITY_OPS: tuple[FilterOp, ...] = ("eq", "ne", "in")
+LIST_OPS: tuple[FilterOp, ...] = ("contains", "contains_any", "contains_all")  # the operators of a str_list field
 
 
 class DeploymentConfig(Section):
@@ -68,8 +69,24 @@ def _default_deployments() -> dict[str, DeploymentConfig]:
 
 
 class FilterField(Section):
-    type: Literal["str", "int"] = "str"
-    ops: list[FilterOp] = Field(default_factory=lambda: list(EQUALITY_OPS))
+    type: Literal["str", "int", "str_list"] = Field(
+        default="str", description="str_list: a list of strings (a document's tags), matched by its elements"
+    )
+    ops: list[FilterOp] = Field(
+        default_factory=list,
+        description="the operators allowed on it; empty: its type's own (eq, ne, in; contains, contains_any, "
+        "contains_all for str_list)",
+    )
+
+    @model_validator(mode="after")
+    def _ops_of_its_type(self) -> FilterField:
+        listed = self.type == "str_list"
+        if not self.ops:
+            self.ops = list(LIST_OPS if listed else EQUALITY_OPS)
+        wrong = [op for op in self.ops if (op in LIST_OPS) != listed]
+        if wrong:
+            raise ValueError(f"operators {wrong} do not apply to a {self.type} field")
+        return self
 
 
 def _default_filters() -> dict[str, FilterField]:
@@ -82,6 +99,8 @@ def _default_filters() -> dict[str, FilterField]:
         "section": FilterField(),
         "year": FilterField(type="int", ops=ranged),
         "updated_at": FilterField(type="int", ops=ranged),
+        "author": FilterField(),
+        "tags": FilterField(type="str_list"),
     }
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
@@ -33,3 +35,9 @@ def all_of(*clauses: str) -> str:
     if len(parts) == 1:
         return parts[0]
     return " and ".join(f"({c})" for c in parts)
+
+
+def fields_named(expr: str, names: Iterable[str]) -> set[str]:
+    """Which of `names` an expression reads as a field (words inside its string literals are values)."""
+    bare = _STRING_LITERAL.sub('""', expr)
+    return {name for name in names if re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", bare)}

@@ -19,6 +19,9 @@ ID_MAX = 64
 DOC_ID_MAX = 1024
 TENANT_MAX = 128
 SHORT_TEXT_MAX = 2048
+AUTHOR_MAX = 512
+TAGS_MAX = 64  # tags per document
+TAG_MAX = 128  # characters per tag
 
 
 def fit_bytes(text: str, max_bytes: int) -> str:
@@ -57,9 +60,30 @@ class ChunkFields:
     UPDATED_AT = "updated_at"
     CHUNK_INDEX = "chunk_index"
     CONTENT_HASH = "content_hash"
+    AUTHOR = "author"
+    TAGS = "tags"
 
     METADATA = (SOURCE, TITLE, DOC_TYPE, SECTION, YEAR, UPDATED_AT, CHUNK_INDEX, CONTENT_HASH)
     OUTPUT = (ID, DOC_ID, TENANT, TEXT, *METADATA)
+    # the declared document fields, in collections created since they were stored (none before): who reads or
+    # writes them asks the collection first (`stored_fields`)
+    DECLARED = (AUTHOR, TAGS)
+
+
+DECLARED_FIELD_TYPES: dict[str, dict[str, Any]] = {
+    ChunkFields.AUTHOR: {"datatype": DataType.VARCHAR, "max_length": AUTHOR_MAX},
+    ChunkFields.TAGS: {
+        "datatype": DataType.ARRAY,
+        "element_type": DataType.VARCHAR,
+        "max_capacity": TAGS_MAX,
+        "max_length": TAG_MAX,
+    },
+}
+
+
+def stored_fields(client: MilvusClient, name: str) -> frozenset[str]:
+    """The field names of a collection (or of the one an alias points at)."""
+    return frozenset(str(f["name"]) for f in client.describe_collection(name)["fields"])
 
 
 @dataclass(frozen=True)
@@ -145,6 +169,8 @@ def create_chunk_collection(client: MilvusClient, name: str, identity: Collectio
     schema.add_field(f.UPDATED_AT, DataType.INT64)
     schema.add_field(f.CHUNK_INDEX, DataType.INT64)
     schema.add_field(f.CONTENT_HASH, DataType.VARCHAR, max_length=ID_MAX)
+    for declared in f.DECLARED:
+        schema.add_field(declared, **DECLARED_FIELD_TYPES[declared])
     schema.add_function(
         Function(
             name="text_bm25",

@@ -11,10 +11,12 @@ from serve.edge.text_rules import check_encodable
 from serve.errors import BadRequestError
 
 OPERATORS = {"eq": "==", "ne": "!=", "gte": ">=", "lte": "<="}
+ARRAY_FUNCTIONS = {"contains_any": "array_contains_any", "contains_all": "array_contains_all"}
 MAX_STR = 1024
 
 
 def _typed(field: str, spec: FilterField, value: Any) -> str | int:
+    """One value of the field's type (an element, for a str_list field)."""
     if spec.type == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadRequestError(f"filter {field!r} takes an integer, got {type(value).__name__}")
@@ -43,18 +45,28 @@ def compile_filters(filters: dict[str, Any], allowed: dict[str, FilterField], li
         spec = allowed.get(field)
         if spec is None:
             raise BadRequestError(f"unknown filter field {field!r}; allowed: {sorted(allowed)}")
-        ops = condition if isinstance(condition, dict) else {"eq": condition}
+        # a bare value: equality, or for a list field that it holds the value
+        ops = condition if isinstance(condition, dict) else {"contains" if spec.type == "str_list" else "eq": condition}
         if not ops:
             raise BadRequestError(f"filter {field!r} has no condition")
         for op, value in ops.items():
             if op not in spec.ops:
                 raise BadRequestError(f"operator {op!r} is not allowed on {field!r}; allowed: {spec.ops}")
-            if op == "in":
-                if not isinstance(value, list) or not value:
-                    raise BadRequestError(f"filter {field!r}: 'in' takes a non-empty list")
-                if len(value) > limits.max_in_values:
-                    raise BadRequestError(f"filter {field!r}: more than {limits.max_in_values} values")
-                clauses.append(f"{field} in [{', '.join(literal(_typed(field, spec, v)) for v in value)}]")
+            if op in ("in", *ARRAY_FUNCTIONS):
+                listed = ", ".join(literal(_typed(field, spec, v)) for v in _values(field, op, value, limits))
+                clauses.append(
+                    f"{field} in [{listed}]" if op == "in" else f"{ARRAY_FUNCTIONS[op]}({field}, [{listed}])"
+                )
+            elif op == "contains":
+                clauses.append(f"array_contains({field}, {literal(_typed(field, spec, value))})")
             else:
                 clauses.append(f"{field} {OPERATORS[op]} {literal(_typed(field, spec, value))}")
     return " and ".join(f"({c})" for c in clauses)
+
+
+def _values(field: str, op: str, value: Any, limits: LimitsConfig) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise BadRequestError(f"filter {field!r}: {op!r} takes a non-empty list")
+    if len(value) > limits.max_in_values:
+        raise BadRequestError(f"filter {field!r}: more than {limits.max_in_values} values")
+    return value

@@ -25,8 +25,9 @@ from cluster.models import Embedder, SentenceTransformerEmbedder
 from cluster.store.bm25_text import bm25_text
 from cluster.store.client import connect
 from cluster.store.collections import CollectionMismatchError, Collections
-from cluster.store.expr import all_of, eq
-from cluster.store.schema import ChunkFields
+from cluster.store.expr import all_of, eq, fields_named
+from cluster.store.schema import ChunkFields, stored_fields
+from serve.errors import BadRequestError
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
 from serve.merging import merge, section_expr, sibling_groups
@@ -75,6 +76,8 @@ def _passage(entity: dict[str, Any], cosine: float | None) -> Passage:
         section=str(entity.get(f.SECTION, "")),
         doc_type=str(entity.get(f.DOC_TYPE, "")),
         year=int(entity.get(f.YEAR, 0) or 0),
+        author=str(entity.get(f.AUTHOR) or ""),
+        tags=tuple(str(t) for t in entity.get(f.TAGS) or ()),
         dense_score=cosine,
         chunk_index=int(entity.get(f.CHUNK_INDEX, 0) or 0),
     )
@@ -117,6 +120,7 @@ class HybridRetriever:
         self._collections: Collections | None = None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve")
         self._version: TTLCache[str, int] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
+        self._fields: TTLCache[str, frozenset[str]] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
         self._last_version = 0
         self.not_ready_reason: str | None = "not warmed up"
         self._unreachable_since: float | None = None
@@ -203,7 +207,7 @@ class HybridRetriever:
         """One hit list per query vector (one search request for all of them)."""
         if "dense" in self._cfg.serve.faults.fail:
             raise InjectedArmFailureError("fault hook: dense arm fails")
-        hits = self._dense_hits(vectors, expr, self._rcfg.dense_candidates, list(ChunkFields.OUTPUT))
+        hits = self._dense_hits(vectors, expr, self._rcfg.dense_candidates, self._output_fields())
         return [[_passage(h["entity"], float(h["distance"])) for h in per_query] for per_query in hits]
 
     def _dense_hits(self, vectors: list[list[float]], expr: str, limit: int, fields: list[str]) -> Any:
@@ -243,7 +247,7 @@ class HybridRetriever:
             anns_field=ChunkFields.SPARSE,
             limit=self._rcfg.bm25_candidates,
             filter=expr,
-            output_fields=[*ChunkFields.OUTPUT, ChunkFields.DENSE],
+            output_fields=[*self._output_fields(), ChunkFields.DENSE],
             timeout=self._rcfg.search_timeout_s * len(texts),
             search_params={"metric_type": "BM25"},
         )
@@ -285,11 +289,41 @@ class HybridRetriever:
         hyde_passage: str | None = None,
         paraphrases: tuple[str, ...] = (),
     ) -> RetrievalResult:
+        self._ready_embedder()
+        self.check_filter_fields(filter_expr)
         hits = self.search_arms(tenant, query, filter_expr, hyde_passage)
         extra = self.paraphrase_hits(tenant, paraphrases, filter_expr) if paraphrases else {}
         result = self.fuse(replace(hits, results=hits.results | extra))
         result.paraphrases_searched = len(extra) // 2
         return result
+
+    def check_filter_fields(self, filter_expr: str) -> None:
+        """A filter on a field the serving collection lacks is the client's to know, not a failed search: the
+        declared fields (author, tags) exist only in collections created since they were stored."""
+        fields = self._stored_fields()
+        if not filter_expr or fields is None:  # unknown: the search itself then says what is wrong
+            return
+        missing = sorted(fields_named(filter_expr, self._cfg.serve.filters) - fields)
+        if missing:
+            raise BadRequestError(
+                f"filter on {', '.join(missing)}: this index was built before that field was stored; "
+                "`ragc reindex` rebuilds it with the field, without downtime"
+            )
+
+    def _stored_fields(self) -> frozenset[str] | None:
+        """The serving collection's fields, re-read as often as the index version (a reindex may add some)."""
+        fields = self._fields.get("alias")
+        if fields is None:
+            try:
+                fields = self._fields["alias"] = stored_fields(self._client, self._cfg.milvus.collection)
+            except Exception as exc:  # noqa: BLE001 - unknown; the caller goes on without them
+                logger.warning("collection fields unknown", extra={"error": str(exc)})
+        return fields
+
+    def _output_fields(self) -> list[str]:
+        """What a hit carries: the chunk fields, and the declared document fields where the collection has them."""
+        fields = self._stored_fields() or frozenset()
+        return [*ChunkFields.OUTPUT, *(f for f in ChunkFields.DECLARED if f in fields)]
 
     def paraphrase_hits(
         self, tenant: str, paraphrases: tuple[str, ...], filter_expr: str = ""

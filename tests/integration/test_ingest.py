@@ -605,12 +605,14 @@ def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_n
 
     corpus = tmp_path / "meta"
     corpus.mkdir()
-    (corpus / "front.md").write_text("---\nyear: 2021\n---\n# Front\n\nFront matter sets the year.\n")
+    (corpus / "front.md").write_text(
+        "---\nyear: 2021\ntags: [ops, k8s]\nauthor: Ann Lee\n---\n# Front\n\nFront matter sets the year.\n"
+    )
     (corpus / "page.html").write_text(
         '<html><head><meta name="dc.date" content="2019-02-03"></head><body><p>An older page.</p></body></html>'
     )
     (corpus / "plain.txt").write_text("A plain file whose sidecar sets the year.")
-    (corpus / "plain.txt.meta.json").write_text(json.dumps({"year": 2023}))
+    (corpus / "plain.txt.meta.json").write_text(json.dumps({"year": 2023, "tags": "ops, billing"}))
     (corpus / "paper.pdf").write_bytes(text_pdf(["A paper from a PDF."], {"/CreationDate": "D:20220101000000Z"}))
     (corpus / "wrong.md").write_text("---\nyear: next spring\n---\nThis one declares a year of the wrong type.\n")
     report = run_sync(cfg, corpus, "meta")
@@ -623,6 +625,47 @@ def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_n
         cfg.milvus.collection, filter=all_of(eq("tenant_id", "meta"), expr), output_fields=["doc_id", "year"]
     )
     assert {r["doc_id"]: r["year"] for r in rows} == {"front.md": 2021, "plain.txt": 2023, "paper.pdf": 2022}
+
+    def matching(filters: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+        expr = compile_filters(filters, cfg.serve.filters, cfg.serve.limits)
+        found = connect(cfg).query(
+            cfg.milvus.collection, filter=all_of(eq("tenant_id", "meta"), expr), output_fields=["doc_id", *declared]
+        )
+        return {r["doc_id"]: (r["author"], list(r["tags"])) for r in found}
+
+    declared = ("author", "tags")
+    assert matching({"tags": "ops"}) == {"front.md": ("Ann Lee", ["ops", "k8s"]), "plain.txt": ("", ["ops", "billing"])}
+    assert set(matching({"tags": {"contains_all": ["ops", "k8s"]}})) == {"front.md"}
+    assert set(matching({"tags": {"contains_any": ["billing", "none"]}, "year": {"gte": 2020}})) == {"plain.txt"}
+    assert set(matching({"author": "Ann Lee"})) == {"front.md"}
+
+
+def test_a_collection_from_before_author_and_tags_keeps_working_and_a_reindex_adds_them(
+    cfg: RagcConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Milvus cannot add a field to a collection: one created before the declared fields were stored is
+    written without them, a filter on them is a 400 that says to reindex, and the reindex brings them."""
+    from cluster.store.schema import ChunkFields, stored_fields
+    from serve.edge.filters import compile_filters
+    from serve.errors import BadRequestError
+    from serve.stages.retrieve import HybridRetriever
+
+    corpus = make_corpus(tmp_path / "docs")
+    (corpus / "cache.md.meta.json").write_text(json.dumps({"tags": ["caching"]}))
+    monkeypatch.setattr(ChunkFields, "DECLARED", ())  # the schema as it was: the driver creates the collection
+    first = run_sync(cfg, corpus, "acme")
+    monkeypatch.undo()
+    assert first.failed == 0 and not set(ChunkFields.DECLARED) & stored_fields(connect(cfg), cfg.milvus.collection)
+    tagged = compile_filters({"tags": "caching"}, cfg.serve.filters, cfg.serve.limits)
+    question = "How are responses cached?"
+    retriever = HybridRetriever(cfg)
+    with pytest.raises(BadRequestError, match=r"filter on tags: this index was built before .* `ragc reindex`"):
+        retriever.retrieve("acme", question, tagged)
+    assert retriever.retrieve("acme", question).passages, "unfiltered questions are answered as before"
+
+    run_reindex(cfg)
+    found = HybridRetriever(cfg).retrieve("acme", question, tagged).passages
+    assert {p.doc_id for p in found} == {"cache.md"} and all(p.tags == ("caching",) for p in found)
 
 
 def test_odd_documents_are_stored_whole_or_fail_alone(cfg: RagcConfig, tmp_path: Path) -> None:

@@ -367,7 +367,19 @@ def test_filters_are_pushed_down_and_injection_is_refused(service: dict[str, Any
         service, {"query": "What do I do when the service says it is not ready?", "filters": {"doc_type": "txt"}}
     ).json()
     assert out["passages"] and all(p["doc_id"].endswith(".txt") for p in out["passages"])
+    # the demo corpus tags each document with its folder (front matter; a sidecar for the .txt files)
+    security = ask(service, {"query": "How are tenants kept apart?", "filters": {"tags": "security"}}).json()
+    assert security["passages"] and all(p["tags"] == ["security"] for p in security["passages"])
+    assert {p["doc_id"].split("/")[0] for p in security["passages"]} == {"security"}
+    not_ready = "What do I do when the service says it is not ready?"
+    either = {"tags": {"contains_any": ["operations", "serving"]}}
+    out = ask(service, {"query": not_ready, "filters": either}).json()
+    assert out["passages"] and {p["doc_id"].split("/")[0] for p in out["passages"]} <= {"operations", "serving"}
+    sidecar = ask(service, {"query": not_ready, "filters": {"tags": "operations", "doc_type": "txt"}}).json()
+    assert sidecar["passages"] and all(p["tags"] == ["operations"] for p in sidecar["passages"])
     for filters in [
+        {"tags": {"eq": "security"}},
+        {"tags": {"contains_any": "security"}},
         {"doc_type": '" or tenant_id != "'},
         {"tenant_id": "beta"},
         {"year": "1 or 1==1"},

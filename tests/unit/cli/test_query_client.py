@@ -33,3 +33,12 @@ def test_the_answer_is_printed_with_why_a_stage_fell_back() -> None:
     text = render(result)
     assert "synthesize=fallback:12000ms" in text and "  synthesize: extractive answer: degenerate" in text
     assert "not requested" not in text
+
+
+def test_a_list_field_flag_asks_that_it_holds_each_value() -> None:
+    fields = RagcConfig().serve.filters
+    assert parse_filters(["tags=ops"], fields) == {"tags": {"contains": "ops"}}
+    assert parse_filters(["tags=ops, k8s"], fields) == {"tags": {"contains_all": ["ops", "k8s"]}}
+    for bad in ["tags>=a", "tags=", "tags=,"]:
+        with pytest.raises(ValueError, match="is a list"):
+            parse_filters([bad], fields)

@@ -84,7 +84,7 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
     docs = {d.doc_id: d for d in found.documents}
     assert sorted(docs) == ["7", "d1", "d9"]
     assert docs["d1"].year == 2019
-    assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019)
+    assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019, "", ())
     assert len(found.failures) == 7
     reasons = {f.doc_id: f.reason for f in found.failures}
     assert reasons["y1"].startswith("metadata year 1000000000000000019884624838656 is not between 0 and 9999")
@@ -97,7 +97,7 @@ def test_parse_html_and_markdown(tmp_path: Path) -> None:
     write(tmp_path, "p.html", "<html><head><title>Page</title><style>x{}</style></head><body><p>Hi</p></body></html>")
     write(tmp_path, "m.md", "intro\n# Heading\nbody")
     docs = {d.doc_id: d for d in scan(tmp_path, LIMIT).documents}
-    title, text, _ = parse(docs["p.html"])
+    title, text, *_ = parse(docs["p.html"])
     assert title == "Page"
     assert text.endswith("Hi") and "x{}" not in text
     assert parse(docs["m.md"])[0] == "Heading"
@@ -121,7 +121,7 @@ def test_file_edited_after_scan_is_refused(tmp_path: Path) -> None:
 def test_a_valid_pdf_gives_its_text_title_and_year(tmp_path: Path) -> None:
     info = {"/Title": "Sharding Notes", "/Author": "A. Writer", "/CreationDate": "D:20210304120000Z"}
     write(tmp_path, "notes.pdf", text_pdf(["Replicas move between shards.", "Second page words."], info))
-    title, text, year = parse(scan(tmp_path, LIMIT).documents[0])
+    title, text, year, *_ = parse(scan(tmp_path, LIMIT).documents[0])
     assert title == "Sharding Notes" and year == 2021
     assert "Replicas move between shards." in text and "Second page words." in text
 
@@ -129,7 +129,7 @@ def test_a_valid_pdf_gives_its_text_title_and_year(tmp_path: Path) -> None:
 def test_a_pdf_whose_font_maps_to_a_lone_surrogate_gives_text_that_encodes(tmp_path: Path) -> None:
     """pypdf passes a ToUnicode map's lone surrogate through; hashing that text failed the whole job."""
     write(tmp_path, "odd.pdf", text_pdf(["Broken xAy glyph map."], {"/Title": "Odd"}, to_unicode={"A": "D800"}))
-    title, text, _ = parse(scan(tmp_path, LIMIT).documents[0])
+    title, text, *_ = parse(scan(tmp_path, LIMIT).documents[0])
     assert title == "Odd" and "Broken x\ufffdy glyph map." in text
     text.encode("utf-8")
 
@@ -150,8 +150,43 @@ def test_metadata_from_front_matter_html_meta_and_a_sidecar_that_wins(tmp_path: 
     docs = {d.doc_id: parse(d) for d in found.documents}
     assert docs["a.md"].title == "Front Title" and docs["a.md"].year == 2023  # the sidecar's year wins
     assert not docs["a.md"].text.startswith("---") and "title:" not in docs["a.md"].text
-    assert docs["b.html"].year == 2020 and docs["b.html"].title == "b"
-    assert docs["c.txt"] == ("Sidecar Title", "plain words", 2018)
+    assert docs["a.md"].tags == ("ops", "k8s") and docs["a.md"].author == ""
+    assert docs["b.html"].year == 2020 and docs["b.html"].title == "b" and docs["b.html"].author == "X"
+    assert docs["c.txt"] == ("Sidecar Title", "plain words", 2018, "", ())
+
+
+def test_tags_are_kept_once_each_and_tags_no_filter_could_match_fail_their_document(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "---\ntags: ' ops , k8s,ops,, '\nauthor: '  Ann Lee '\n---\nbody")
+    write(tmp_path, "many.md", "---\ntags: [" + ", ".join(f"t{n}" for n in range(65)) + "]\n---\nbody")
+    write(tmp_path, "long.md", f"---\ntags: [{'x' * 129}]\n---\nbody")
+    write(tmp_path, "quote.md", "---\ntags: ['it''s']\n---\nbody")
+    write(tmp_path, "typed.txt", "words")
+    write(tmp_path, "typed.txt.meta.json", json.dumps({"tags": [1, 2]}))
+    found = scan(tmp_path, LIMIT)
+    docs = {d.doc_id: d for d in found.documents}
+    parsed = parse(docs["a.md"])
+    assert parsed.tags == ("ops", "k8s") and parsed.author == "Ann Lee"
+    for name, reason in [
+        ("many.md", "at most 64 tags, got 65"),
+        ("long.md", "longer than 128 characters"),
+        ("quote.md", "holds a quote"),
+    ]:
+        with pytest.raises(ParseError, match=reason):
+            parse(docs[name])
+    # a sidecar is checked while scanning
+    assert [f.doc_id for f in found.failures] == ["typed.txt"]
+    assert "tags.0 input should be a valid string" in found.failures[0].reason
+
+
+def test_corpus_records_carry_their_declared_author_and_tags(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"_id": "a", "text": "one", "metadata": {"author": "Ann", "tags": "x, y"}}),
+        json.dumps({"_id": "b", "text": "two", "metadata": {"tags": {"not": "a list"}}}),
+    ]
+    write(tmp_path, "corpus.jsonl", "\n".join(lines))
+    found = scan(tmp_path, LIMIT)
+    assert parse(found.documents[0]) == ("", "one", 0, "Ann", ("x", "y"))
+    assert [f.doc_id for f in found.failures] == ["b"] and "tags" in found.failures[0].reason
 
 
 def test_editing_only_the_sidecar_changes_the_documents_hash(tmp_path: Path) -> None:

@@ -7,3 +7,17 @@ def test_the_job_totals_add_the_write_tasks_rows_per_embedding_node() -> None:
     parts = [SinkStats(3, 2, {"worker-0": 3}), SinkStats(5, 5, {"worker-0": 1, "worker-1": 4}), SinkStats()]
     assert SinkStats.total(parts) == SinkStats(8, 7, {"worker-0": 4, "worker-1": 4})
     assert SinkStats.total([]) == SinkStats()
+
+
+def test_a_row_carries_author_and_tags_only_into_a_collection_that_has_them() -> None:
+    from ingest_jobs.documents import TAG_SEPARATOR
+    from ingest_jobs.enrich_stage import ENRICHMENT_COLUMN
+    from ingest_jobs.pipeline import EMPTY_ROW
+    from ingest_jobs.sink import _milvus_row
+
+    row = EMPTY_ROW | {"text": "words", "embedding": [0.5, 0.5], "author": "A" * 600, "tags": TAG_SEPARATOR.join("xy")}
+    row[ENRICHMENT_COLUMN] = ""
+    stored = _milvus_row(row, None, 1000, declared=True)
+    assert stored["tags"] == ["x", "y"] and stored["author"] == "A" * 512  # cut to its field
+    assert _milvus_row(row | {"tags": ""}, None, 1000)["tags"] == []
+    assert not {"author", "tags"} & set(_milvus_row(row, None, 1000, declared=False))

@@ -216,3 +216,23 @@ def test_rerank_by_default_is_decided_per_tenant_where_configured() -> None:
     assert rerank_status(plain, rerank_default=False, tenants={"t1": True})[0] == "ok"
     assert rerank_status(QueryRequest(query="q", rerank=True), tenants={"t1": False})[0] == "ok"
     assert rerank_status(QueryRequest(query="q", rerank=False)) == ("skipped", "not requested")
+
+
+def test_a_stage_refusing_the_request_is_the_clients_error_not_a_stage_failure() -> None:
+    """A 4xx a remote stage raised (Ray wraps it, with the original as `cause`) reaches the client as it is;
+    any other exception is a `StageFailure`, for the fallback."""
+    from serve.errors import BadRequestError
+    from serve.pipeline import StageFailure, call_stage
+
+    class Wrapped(Exception):
+        def __init__(self, cause: Exception) -> None:
+            super().__init__("ray::ServeReplica traceback")
+            self.cause = cause
+
+    async def raising(exc: Exception) -> None:
+        raise exc
+
+    with pytest.raises(BadRequestError, match=r"^filter on tags: rebuild$"):
+        asyncio.run(call_stage("retrieve", lambda: raising(Wrapped(BadRequestError("filter on tags: rebuild"))), 5))
+    with pytest.raises(StageFailure, match="RuntimeError: down"):
+        asyncio.run(call_stage("retrieve", lambda: raising(Wrapped(RuntimeError("down"))), 5))

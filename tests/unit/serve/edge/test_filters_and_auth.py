@@ -59,3 +59,30 @@ def test_auth_off_is_single_tenant_and_loopback_only() -> None:
     assert Authenticator(off, "127.0.0.1").tenant_for(None, None) == "demo"
     with pytest.raises(ValueError, match="non-loopback"):
         Authenticator(off, "0.0.0.0")
+
+
+def test_list_filters_compile_to_array_functions_and_refuse_what_does_not_apply() -> None:
+    expr = compile_filters({"tags": "ops", "author": {"in": ["Ann"]}}, ALLOWED, LIMITS)
+    assert expr == '(array_contains(tags, "ops")) and (author in ["Ann"])'
+    both = compile_filters({"tags": {"contains_any": ["a", "b"], "contains_all": ["c"]}}, ALLOWED, LIMITS)
+    assert both == '(array_contains_any(tags, ["a", "b"])) and (array_contains_all(tags, ["c"]))'
+    for filters, message in [
+        ({"tags": {"eq": "ops"}}, "not allowed on 'tags'"),
+        ({"tags": {"contains_any": "ops"}}, "non-empty list"),
+        ({"tags": {"contains_all": ["a", 1]}}, "takes a string"),
+        ({"tags": {"contains": 'x") or true or ("'}}, "quotes"),
+        ({"tags": {"contains_any": ["x"] * (LIMITS.max_in_values + 1)}}, "more than"),
+        ({"author": {"contains": "Ann"}}, "not allowed on 'author'"),
+    ]:
+        with pytest.raises(BadRequestError, match=message):
+            compile_filters(filters, ALLOWED, LIMITS)
+
+
+def test_a_filter_field_takes_the_operators_of_its_type() -> None:
+    from cluster.config import FilterField
+
+    assert FilterField(type="str_list").ops == ["contains", "contains_any", "contains_all"]
+    assert FilterField().ops == ["eq", "ne", "in"]
+    for wrong in [{"type": "str_list", "ops": ["eq"]}, {"type": "str", "ops": ["contains"]}]:
+        with pytest.raises(ValueError, match="do not apply"):
+            FilterField.model_validate(wrong)

@@ -26,3 +26,35 @@ def test_a_failed_arm_names_the_grpc_status_rather_than_its_repr() -> None:
 
     assert rpc_reason(DeadlineError()) == "DEADLINE_EXCEEDED: Deadline Exceeded"
     assert rpc_reason(RuntimeError("milvus unreachable")) == "milvus unreachable"
+
+
+class FieldsOnly:
+    """A store client that only describes its collection."""
+
+    def __init__(self, fields: list[str]) -> None:
+        self.fields = fields
+
+    def describe_collection(self, name: str) -> dict:
+        return {"fields": [{"name": f} for f in self.fields]}
+
+
+def test_a_filter_on_a_field_the_serving_collection_lacks_is_the_clients_error() -> None:
+    import pytest
+
+    from cluster.config import RagcConfig
+    from cluster.store.schema import ChunkFields
+    from serve.errors import BadRequestError
+    from serve.stages.retrieve import HybridRetriever
+
+    before = [*ChunkFields.OUTPUT, ChunkFields.DENSE, ChunkFields.SPARSE, ChunkFields.BM25_TEXT]
+    old = HybridRetriever(RagcConfig())
+    old._client = FieldsOnly(before)
+    with pytest.raises(BadRequestError, match=r"filter on author, tags: this index was built before .* reindex"):
+        old.check_filter_fields('(array_contains(tags, "x")) and (author == "A")')
+    old.check_filter_fields('(title == "tags and author")')  # the words of a value are not fields
+    old.check_filter_fields("")
+    assert old._output_fields() == list(ChunkFields.OUTPUT)
+    new = HybridRetriever(RagcConfig())
+    new._client = FieldsOnly([*before, *ChunkFields.DECLARED])
+    new.check_filter_fields('(array_contains(tags, "x"))')
+    assert new._output_fields() == [*ChunkFields.OUTPUT, "author", "tags"]
