@@ -36,6 +36,7 @@ class Chunk:
     content_hash: str
     author: str = ""
     tags: str = ""  # joined by documents.TAG_SEPARATOR: one string column in the job's rows
+    access: str = ""  # the same; "" = every key of the tenant
     focus: str = ""  # sentence-window retrieval: the sentence the dense arm embeds ("" = the text); never stored
 
 
@@ -152,6 +153,7 @@ class Chunker:
                         content_hash=doc.content_hash,
                         author=parsed.author,
                         tags=TAG_SEPARATOR.join(parsed.tags),
+                        access=TAG_SEPARATOR.join(parsed.access),
                         focus=focus,
                     )
                 )

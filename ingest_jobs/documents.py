@@ -25,6 +25,7 @@ class SourceDocument:
     year: int = 0
     author: str = ""
     tags: list[str] = field(default_factory=list)
+    access: list[str] = field(default_factory=list)
     path: str = ""
     text: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -37,17 +38,19 @@ class SourceDocument:
         return cls(**json.loads(raw))
 
 
-TAG_SEPARATOR = "\x1f"  # a row's tags in one string (a control character, which no tag holds: metadata.py)
+TAG_SEPARATOR = "\x1f"  # a row's labels in one string (a control character, which no label holds)
 
 
 class ParsedDocument(NamedTuple):
-    """What parsing a document yields: its title, year, author and tags (declared metadata first) and its text."""
+    """What parsing a document yields: its title, year, author, tags and access groups (declared metadata
+    first) and its text."""
 
     title: str
     text: str
     year: int
     author: str = ""
     tags: tuple[str, ...] = ()
+    access: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

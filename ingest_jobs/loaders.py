@@ -280,7 +280,7 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
     if not -(2**63) <= updated_at < 2**63:
         return Failure(doc_id, "metadata updated_at does not fit a 64-bit integer")
     try:
-        declared = validate({k: metadata[k] for k in ("author", "tags") if k in metadata}, doc_id)
+        declared = validate({k: metadata[k] for k in ("author", "tags", "access") if k in metadata}, doc_id)
     except MetadataError as exc:
         return Failure(doc_id, str(exc))
     text = f"{title}\n\n{body}" if title else body
@@ -294,6 +294,7 @@ def _corpus_record(record: Any, rel: str, where: str) -> SourceDocument | Failur
         year=year,
         author=declared.author or "",
         tags=declared.tags,
+        access=declared.access,
         text=text,
     )
 
@@ -311,7 +312,7 @@ def parse(doc: SourceDocument) -> ParsedDocument:
     """Title, text and year of a document; raises ParseError with the reason when it has no usable text or
     declares metadata of the wrong type. Sidecar fields win over those inside the document."""
     if doc.text is not None:
-        return ParsedDocument(doc.title, doc.text, doc.year, doc.author, tuple(doc.tags))
+        return ParsedDocument(doc.title, doc.text, doc.year, doc.author, tuple(doc.tags), tuple(doc.access))
     try:
         data = read_bytes(doc.path)
         sidecar = _remote_sidecar(doc) if remote_scheme(doc.path) else doc.extra.get("sidecar", {})
@@ -330,7 +331,12 @@ def parse(doc: SourceDocument) -> ParsedDocument:
         raise ParseError("no text content")
     year = meta.effective_year
     return ParsedDocument(
-        meta.title or doc.title, text, doc.year if year is None else year, meta.author or "", tuple(meta.tags)
+        meta.title or doc.title,
+        text,
+        doc.year if year is None else year,
+        meta.author or "",
+        tuple(meta.tags),
+        tuple(meta.access),
     )
 
 

@@ -10,9 +10,9 @@ import re
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from cluster.store.schema import TAG_MAX, TAGS_MAX
+from cluster.labels import check_labels
 
 SIDECAR_SUFFIX = ".meta.json"
 YEAR_MAX = 9999
@@ -47,6 +47,9 @@ class DocumentMetadata(BaseModel):
     year: int | None = Field(default=None, ge=0, le=YEAR_MAX)
     date: dt.date | None = None
     tags: list[str] = Field(default_factory=list)
+    access: list[str] = Field(
+        default_factory=list, description="the groups whose keys may read it (none: every key of its tenant)"
+    )
 
     @field_validator("year", mode="before")
     @classmethod
@@ -64,26 +67,18 @@ class DocumentMetadata(BaseModel):
             return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).date()
         return value
 
-    @field_validator("tags", mode="before")
+    @field_validator("tags", "access", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
 
-    @field_validator("tags")
+    @field_validator("tags", "access")
     @classmethod
-    def _storable_tags(cls, tags: list[str]) -> list[str]:
-        """Stripped, blank ones dropped, each once (first place kept): what the `tags` filter matches exactly."""
-        kept = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
-        if len(kept) > TAGS_MAX:
-            raise ValueError(f"at most {TAGS_MAX} tags, got {len(kept)}")
-        for tag in kept:
-            if len(tag) > TAG_MAX:
-                raise ValueError(f"a tag is longer than {TAG_MAX} characters: {tag[:40]!r}...")
-            if any(ord(c) < 32 for c in tag) or any(c in tag for c in "\"'\\"):
-                raise ValueError(f"tag {tag!r} holds a quote, backslash or control character")
-        return kept
+    def _labels(cls, labels: list[str], info: ValidationInfo) -> list[str]:
+        """What the `tags` filter and the access check match exactly (cluster/labels.py)."""
+        return check_labels(labels, str(info.field_name))
 
     @field_validator("author")
     @classmethod

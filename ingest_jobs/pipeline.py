@@ -10,6 +10,7 @@ from typing import Any
 
 from cluster.config import ChunkingConfig, RagcConfig
 from cluster.ray_runtime import ensure_ray
+from cluster.store.schema import ChunkFields
 from ingest_jobs.chunking import Chunker, model_tokenizer
 from ingest_jobs.documents import Failure, SourceDocument
 from ingest_jobs.embed_stage import ChunkEmbedder, EmbedPool, embed_on_warm_worker, embed_pool
@@ -18,6 +19,9 @@ from ingest_jobs.loaders import ParseError, parse
 from ingest_jobs.sink import MilvusChunkSink, SinkStats
 
 ERROR_COLUMN = "error"
+RESTRICTED_IN_AN_OLD_INDEX = (
+    "declares access groups, and this index was built before they were stored: `ragc reindex` first"
+)
 EMPTY_ROW: dict[str, Any] = {
     "id": "",
     "doc_id": "",
@@ -33,6 +37,7 @@ EMPTY_ROW: dict[str, Any] = {
     "content_hash": "",
     "author": "",
     "tags": "",
+    "access": "",
     "focus": "",
     ENRICHMENT_COLUMN: "",
     ENRICHED: False,
@@ -55,15 +60,18 @@ def parse_and_chunk(
     tenant: str,
     head_chars: int = 0,
     max_text_bytes: int = 0,
+    access_stored: bool = True,
 ) -> list[dict[str, Any]]:
     """`head_chars`: the start of the document each row carries for a summary (0: none); `max_text_bytes`: the
-    store's limit on a chunk's text."""
+    store's limit on a chunk's text; `access_stored`: the collection has a field for documents' access groups."""
     doc = SourceDocument.from_json(row["doc"])
     try:
         parsed = parse(doc)
         chunks = Chunker(chunking, model_tokenizer(model), max_text_bytes).chunk(doc, tenant, parsed)
     except ParseError as exc:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: str(exc)}]
+    if parsed.access and not access_stored:  # stored without its groups, every key of the tenant would read it
+        return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: RESTRICTED_IN_AN_OLD_INDEX}]
     if not chunks:
         return [EMPTY_ROW | {"doc_id": doc.doc_id, ERROR_COLUMN: "no text content"}]
     head = {DOC_HEAD_COLUMN: parsed.text[:head_chars]}
@@ -89,8 +97,14 @@ def enriched(chunked: Any, cfg: RagcConfig) -> Any:
 
 
 def embed_and_write(
-    cfg: RagcConfig, collection: str, tenant: str, docs: list[SourceDocument], reuse_from: tuple[str, ...] = ()
+    cfg: RagcConfig,
+    collection: str,
+    tenant: str,
+    docs: list[SourceDocument],
+    reuse_from: tuple[str, ...] = (),
+    declared: tuple[str, ...] = ChunkFields.DECLARED,
 ) -> PipelineOutcome:
+    """`declared`: the declared document fields the collection has (`schema.stored_fields`)."""
     import ray.data
 
     ensure_ray(cfg)
@@ -107,6 +121,7 @@ def embed_and_write(
                 tenant=tenant,
                 head_chars=cfg.ingest.enrichment.document_max_chars if cfg.ingest.enrichment.summary else 0,
                 max_text_bytes=cfg.milvus.text_max_chars,
+                access_stored=ChunkFields.ACCESS in declared,
             )
         )
         .materialize()
@@ -131,7 +146,7 @@ def embed_and_write(
         actor_cfg = cfg.model_copy(
             update={"embedding": cfg.embedding.model_copy(update={"num_threads": pool.torch_threads})}
         )
-    sink = MilvusChunkSink(cfg.model_dump(mode="json"), collection)
+    sink = MilvusChunkSink(cfg.model_dump(mode="json"), collection, declared)
     embed = embedded_on_warm_worker if one_cpu_batch(pool, rows, cfg) else embedded_on_actor_pool
     embedded = embed(enriched(chunked, cfg), actor_cfg, pool, collection, reuse_from)
     embedded.write_datasink(sink, ray_remote_args={"num_cpus": 0})  # I/O-bound: never wait on the embedders' CPUs

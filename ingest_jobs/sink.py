@@ -12,9 +12,10 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 from cluster.config import RagcConfig
+from cluster.labels import PUBLIC
 from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
-from cluster.store.schema import AUTHOR_MAX, SHORT_TEXT_MAX, ChunkFields, fit_bytes, stored_fields
+from cluster.store.schema import AUTHOR_MAX, SHORT_TEXT_MAX, ChunkFields, fit_bytes
 from ingest_jobs.documents import TAG_SEPARATOR
 from ingest_jobs.embed_stage import EMBEDDED_ON
 from ingest_jobs.enrich_stage import ENRICHED, ENRICHMENT_COLUMN
@@ -51,9 +52,11 @@ STORED_COLUMNS = (
 
 
 class MilvusChunkSink(Datasink[SinkStats]):
-    def __init__(self, config: dict[str, Any], collection: str) -> None:
+    def __init__(self, config: dict[str, Any], collection: str, declared: tuple[str, ...]) -> None:
+        """`declared`: the declared document fields the collection has (one created before them has none)."""
         self._config = config
         self._collection = collection
+        self._declared = declared
         self.stats = SinkStats()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> SinkStats:
@@ -61,8 +64,6 @@ class MilvusChunkSink(Datasink[SinkStats]):
         client = connect(cfg)
         batch_size = cfg.ingest.upsert_batch_size
         fail_after = cfg.ingest.faults.fail_after_batches
-        # a collection created before documents' author and tags were stored has no field for them
-        declared = stored_fields(client, self._collection) >= set(ChunkFields.DECLARED)
         upserted = embedded = enriched = batches = 0
         by_node = Counter[str]()
         try:
@@ -73,7 +74,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
                         raise InjectedFaultError(f"fault hook: failing after {batches} upsert batches")
                     part = rows[start : start + batch_size]
                     stemmer, limit = cfg.milvus.bm25_stemmer, cfg.milvus.text_max_chars
-                    client.upsert(self._collection, [_milvus_row(r, stemmer, limit, declared) for r in part])
+                    client.upsert(self._collection, [_milvus_row(r, stemmer, limit, self._declared) for r in part])
                     upserted += len(part)
                     embedded += sum(bool(r["embedded"]) for r in part)
                     enriched += sum(bool(r[ENRICHED]) for r in part)
@@ -87,7 +88,9 @@ class MilvusChunkSink(Datasink[SinkStats]):
         self.stats = SinkStats.total(write_result.write_returns)
 
 
-def _milvus_row(row: Any, stemmer: str | None, text_max_bytes: int, declared: bool = True) -> dict[str, Any]:
+def _milvus_row(
+    row: Any, stemmer: str | None, text_max_bytes: int, declared: tuple[str, ...] = ChunkFields.DECLARED
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for column in STORED_COLUMNS:
         value = row[column]
@@ -103,10 +106,17 @@ def _milvus_row(row: Any, stemmer: str | None, text_max_bytes: int, declared: bo
     bm25 = chunk_bm25_text(out[f.TITLE], out[f.SECTION], out[f.TEXT], stemmer, written)
     # title, section and enrichment beside a text at its limit: the index keeps the words that fit
     out[f.BM25_TEXT] = fit_words(bm25, text_max_bytes)
-    if declared:
+    if f.AUTHOR in declared:
         out[f.AUTHOR] = fit_bytes(str(row[f.AUTHOR]), AUTHOR_MAX)
-        out[f.TAGS] = [t for t in str(row[f.TAGS]).split(TAG_SEPARATOR) if t]
+    if f.TAGS in declared:
+        out[f.TAGS] = labels(row[f.TAGS])
+    if f.ACCESS in declared:
+        out[f.ACCESS] = labels(row[f.ACCESS]) or [PUBLIC]
     return out
+
+
+def labels(joined: Any) -> list[str]:
+    return [label for label in str(joined).split(TAG_SEPARATOR) if label]
 
 
 def fit_words(words: str, max_bytes: int) -> str:

@@ -15,7 +15,7 @@ from cluster.config import RagcConfig
 from cluster.store.client import connect
 from cluster.store.collections import ActiveCollection, Collections, ledger_name
 from cluster.store.expr import all_of, eq, is_in
-from cluster.store.schema import ChunkFields
+from cluster.store.schema import ChunkFields, declared_fields
 from ingest_jobs.documents import Failure, check_tenant
 from ingest_jobs.enrichment_gc import GoneEnrichment
 from ingest_jobs.lease import TenantLease, held, lease_key
@@ -151,7 +151,9 @@ def sync_into(
     report.listed, report.read = found.listed, found.read + (len(plan.to_process) if is_remote else 0)
 
     outcome = (
-        embed_and_write(cfg, active.physical, tenant, plan.to_process, reuse_from)
+        embed_and_write(
+            cfg, active.physical, tenant, plan.to_process, reuse_from, declared_fields(client, active.physical)
+        )
         if plan.to_process
         else PipelineOutcome()
     )

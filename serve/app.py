@@ -75,9 +75,15 @@ class HandleRetriever:
         self._handle = handle
 
     async def retrieve(
-        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None, paraphrases: tuple[str, ...] = ()
+        self,
+        tenant: str,
+        query: str,
+        filter_expr: str,
+        hyde_passage: str | None,
+        paraphrases: tuple[str, ...] = (),
+        groups: tuple[str, ...] = (),
     ) -> RetrievalResult:
-        return await self._handle.retrieve.remote(tenant, query, filter_expr, hyde_passage, paraphrases)
+        return await self._handle.retrieve.remote(tenant, query, filter_expr, hyde_passage, paraphrases, groups)
 
     async def embed(self, text: str) -> list[float]:
         return await self._handle.embed.remote(text)

@@ -57,9 +57,13 @@ class CacheScope:
     history_tail: str
     switches: str
     index_version: int
+    groups: tuple[str, ...] = ()  # the caller's access groups: what it may read decides the answer too
 
     def digest(self) -> str:
-        return sha(json.dumps([self.tenant, self.filters, self.history_tail, self.switches, self.index_version]))
+        scope: list[Any] = [self.tenant, self.filters, self.history_tail, self.switches, self.index_version]
+        if self.groups:  # appended only when there are some: the keys of callers without groups stay valid
+            scope.append(sorted(self.groups))
+        return sha(json.dumps(scope))
 
     def exact_key(self, question: str) -> str:
         return sha(f"{self.digest()}\x00{normalise(question)}")

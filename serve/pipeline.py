@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ray.serve.exceptions import BackPressureError
 
 from cluster.config import ResponseMode, ServeConfig
+from cluster.labels import PUBLIC
 from serve import metrics
 from serve.answerability import AnswerabilityModel, abstain_below, answerability_features
 from serve.breaker import breakers
@@ -162,7 +163,9 @@ class QueryPipeline:
             self._version["v"] = version
         return version
 
-    def scope(self, request: QueryRequest, tenant: str, filter_expr: str, index_version: int) -> CacheScope:
+    def scope(
+        self, request: QueryRequest, tenant: str, filter_expr: str, index_version: int, groups: tuple[str, ...] = ()
+    ) -> CacheScope:
         turns = self._cfg.cache.history_turns_in_key
         tail = [t.model_dump() for t in request.history[-turns:]] if turns else []
         switches: list[Any] = [request.top_k or self._cfg.default_top_k, request.rewrite, request.hyde, request.rerank]
@@ -173,7 +176,7 @@ class QueryPipeline:
             switches.append(f"multi_query={request.multi_query}")
         if request.merge_siblings is not None:
             switches.append(f"merge_siblings={request.merge_siblings}")
-        return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version)
+        return CacheScope(tenant, filter_expr, json.dumps(tail), json.dumps(switches), index_version, groups)
 
     def mode(self, request: QueryRequest) -> ResponseMode:
         """The request's response mode, or the configured default; one not allowed is a `BadRequestError`."""
@@ -184,10 +187,17 @@ class QueryPipeline:
         return cast(ResponseMode, mode)
 
     async def run(
-        self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None = None
+        self,
+        request: QueryRequest,
+        tenant: str,
+        filter_expr: str,
+        request_id: str,
+        emit: Emit | None = None,
+        groups: tuple[str, ...] = (),
     ) -> QueryResponse:
+        """`groups`: the caller's access groups (serve/edge/auth.py), whose documents it reads besides public ones."""
         with span("query", tenant=tenant, request_id=request_id, mode=request.mode, stream=request.stream) as root:
-            response = await self._answer(request, tenant, filter_expr, request_id, emit)
+            response = await self._answer(request, tenant, filter_expr, request_id, emit, groups)
             for stage, report in response.stages.items():
                 root.set_attribute(f"ragc.stage.{stage}", report.status)
             root.set_attribute("ragc.passages", len(response.passages))
@@ -199,17 +209,23 @@ class QueryPipeline:
         return response
 
     async def _answer(
-        self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None
+        self,
+        request: QueryRequest,
+        tenant: str,
+        filter_expr: str,
+        request_id: str,
+        emit: Emit | None,
+        groups: tuple[str, ...],
     ) -> QueryResponse:
         if self._cache is None:
-            return await self._run(request, tenant, filter_expr, request_id, emit)
+            return await self._run(request, tenant, filter_expr, request_id, emit, groups)
         started = time.perf_counter()
         scope, vector = None, None
         cached: dict[str, Any] | None = None
         status: CacheStatus
         try:
             with span("cache.lookup") as lookup:
-                scope = self.scope(request, tenant, filter_expr, await self.index_version())
+                scope = self.scope(request, tenant, filter_expr, await self.index_version(), groups)
                 cached, status, vector = await self._cache.lookup(
                     scope, request.query, lambda: self._stages.retriever.embed(request.query)
                 )
@@ -231,7 +247,7 @@ class QueryPipeline:
                     ttl_s = self._cfg.cache.degraded_ttl_s
                     cache_report.detail = f"degraded answer (a stage had fallen back), cached for at most {ttl_s}s"
                 return await self._replay(hit, cache_report, request_id, emit)
-        response = await self._run(request, tenant, filter_expr, request_id, emit)
+        response = await self._run(request, tenant, filter_expr, request_id, emit, groups)
         response.stages = {"cache": cache_report, **response.stages}
         if scope is not None:
             self._cache.store(scope, request.query, vector, response.model_dump(mode="json"), response.degraded())
@@ -247,7 +263,13 @@ class QueryPipeline:
         return response
 
     async def _run(
-        self, request: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Emit | None
+        self,
+        request: QueryRequest,
+        tenant: str,
+        filter_expr: str,
+        request_id: str,
+        emit: Emit | None,
+        groups: tuple[str, ...] = (),
     ) -> QueryResponse:
         reports: dict[str, StageStatus] = {}
 
@@ -295,7 +317,7 @@ class QueryPipeline:
         try:
             retrieved = await call_stage(
                 "retrieve",
-                lambda: self._stages.retriever.retrieve(tenant, query, filter_expr, hyde_passage, paraphrases),
+                lambda: self._stages.retriever.retrieve(tenant, query, filter_expr, hyde_passage, paraphrases, groups),
                 cfg.retrieve.timeout_s,
             )
         except StageFailure as failure:
@@ -304,7 +326,7 @@ class QueryPipeline:
                 reason = f"retrieval overloaded, retry shortly: {failure.reason}"
                 raise OverloadedError(reason, failure.retry_after_s) from failure
             raise UnavailableError(f"retrieval unavailable: {failure.reason}") from failure
-        passages = self._own_tenant_only(retrieved.passages, tenant, request_id)
+        passages = self._readable_only(retrieved.passages, tenant, groups, request_id)
         degraded = "; ".join(f"{arm} {state}" for arm, state in retrieved.arms.items() if state != "ok")
         detail = f"embedded {retrieved.embedded}" + (f"; {degraded}" if degraded else "")
         if paraphrases:
@@ -509,16 +531,28 @@ class QueryPipeline:
         return "; ".join(parts)
 
     @staticmethod
-    def _own_tenant_only(passages: list[Passage], tenant: str, request_id: str) -> list[Passage]:
-        """The tenant filter is in the search; this asserts it held. A stranger's passage is an incident."""
-        foreign = [p for p in passages if p.tenant_id != tenant]
-        for passage in foreign:
-            metrics.query_metrics().incidents.inc(tags={"kind": "tenant_mismatch"})
-            logger.error(
-                "tenant isolation incident: passage dropped",
-                extra={"request_id": request_id, "tenant": tenant, "chunk_id": passage.chunk_id},
+    def _readable_only(passages: list[Passage], tenant: str, groups: tuple[str, ...], request_id: str) -> list[Passage]:
+        """The tenant and access filters are in the search; this asserts they held. A stranger's passage, or one
+        of the tenant's that the caller's groups may not read, is an incident."""
+        readable = {PUBLIC, *groups}
+        kept = []
+        for passage in passages:
+            kind = (
+                "tenant_mismatch"
+                if passage.tenant_id != tenant
+                else "access_mismatch"
+                if passage.access and readable.isdisjoint(passage.access)
+                else None
             )
-        return [p for p in passages if p.tenant_id == tenant] if foreign else passages
+            if kind is None:
+                kept.append(passage)
+                continue
+            metrics.query_metrics().incidents.inc(tags={"kind": kind})
+            logger.error(
+                "isolation incident: passage dropped",
+                extra={"request_id": request_id, "tenant": tenant, "chunk_id": passage.chunk_id, "kind": kind},
+            )
+        return kept
 
     def _abstain(
         self,

@@ -21,8 +21,16 @@ class Rewriter(Protocol):
 
 class Retriever(Protocol):
     async def retrieve(
-        self, tenant: str, query: str, filter_expr: str, hyde_passage: str | None, paraphrases: tuple[str, ...] = ()
-    ) -> RetrievalResult: ...
+        self,
+        tenant: str,
+        query: str,
+        filter_expr: str,
+        hyde_passage: str | None,
+        paraphrases: tuple[str, ...] = (),
+        groups: tuple[str, ...] = (),
+    ) -> RetrievalResult:
+        """`groups`: the caller's access groups (serve/edge/auth.py)."""
+        ...
 
     async def embed(self, text: str) -> list[float]:
         """The question's vector (the semantic cache's key)."""

@@ -54,6 +54,7 @@ class Passage:
     year: int = 0
     author: str = ""
     tags: tuple[str, ...] = ()
+    access: tuple[str, ...] = ()  # the document's access groups (empty: not stored, in an older collection)
     score: float = 0.0
     dense_score: float | None = None
     rerank_score: float | None = None

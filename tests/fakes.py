@@ -135,6 +135,7 @@ class FakeStages:
         self.modes: list = []  # the response mode of each synthesize_stream call
         self.read: list = []  # the passage texts each synthesize_stream call was given
         self.searched: list = []  # (query, paraphrases) of each retrieve call
+        self.groups: list = []  # the caller's access groups of each retrieve call
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -156,11 +157,12 @@ class FakeStages:
         paraphrases = [f"{query} paraphrased"] if multi_query else []
         return RewriteResult(query=query + " rewritten", status="ok", usage=REWRITE_COST, paraphrases=paraphrases)
 
-    async def retrieve(self, tenant, query, filter_expr, hyde_passage, paraphrases=()):  # type: ignore[no-untyped-def]
+    async def retrieve(self, tenant, query, filter_expr, hyde_passage, paraphrases=(), groups=()):  # type: ignore[no-untyped-def]
         from serve.types import RetrievalResult
 
         await self._enter("retrieve")
         self.searched.append((query, tuple(paraphrases)))
+        self.groups.append(tuple(groups))
         return RetrievalResult(list(self.passages), index_version=3, arms=dict(self.arms))
 
     async def rerank(self, query, passages, top_n):  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from typing import Any
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from cluster.config import ChunkingConfig, EmbeddingConfig, MilvusConfig
+from cluster.labels import LABEL_MAX, LABELS_MAX
 from cluster.store.bm25_text import bm25_scheme, scheme_enrichment
 from cluster.weights import weights_fingerprint
 
@@ -20,8 +21,6 @@ DOC_ID_MAX = 1024
 TENANT_MAX = 128
 SHORT_TEXT_MAX = 2048
 AUTHOR_MAX = 512
-TAGS_MAX = 64  # tags per document
-TAG_MAX = 128  # characters per tag
 
 
 def fit_bytes(text: str, max_bytes: int) -> str:
@@ -62,28 +61,37 @@ class ChunkFields:
     CONTENT_HASH = "content_hash"
     AUTHOR = "author"
     TAGS = "tags"
+    ACCESS = "access"  # the groups whose keys may read the document (cluster/labels.py: PUBLIC for every key)
 
     METADATA = (SOURCE, TITLE, DOC_TYPE, SECTION, YEAR, UPDATED_AT, CHUNK_INDEX, CONTENT_HASH)
     OUTPUT = (ID, DOC_ID, TENANT, TEXT, *METADATA)
     # the declared document fields, in collections created since they were stored (none before): who reads or
     # writes them asks the collection first (`stored_fields`)
-    DECLARED = (AUTHOR, TAGS)
+    DECLARED = (AUTHOR, TAGS, ACCESS)
 
 
+LABELS_FIELD = {
+    "datatype": DataType.ARRAY,
+    "element_type": DataType.VARCHAR,
+    "max_capacity": LABELS_MAX,
+    "max_length": LABEL_MAX,
+}
 DECLARED_FIELD_TYPES: dict[str, dict[str, Any]] = {
     ChunkFields.AUTHOR: {"datatype": DataType.VARCHAR, "max_length": AUTHOR_MAX},
-    ChunkFields.TAGS: {
-        "datatype": DataType.ARRAY,
-        "element_type": DataType.VARCHAR,
-        "max_capacity": TAGS_MAX,
-        "max_length": TAG_MAX,
-    },
+    ChunkFields.TAGS: LABELS_FIELD,
+    ChunkFields.ACCESS: LABELS_FIELD,
 }
 
 
 def stored_fields(client: MilvusClient, name: str) -> frozenset[str]:
     """The field names of a collection (or of the one an alias points at)."""
     return frozenset(str(f["name"]) for f in client.describe_collection(name)["fields"])
+
+
+def declared_fields(client: MilvusClient, name: str) -> tuple[str, ...]:
+    """The declared document fields a collection has: all of them, or none in one created before them."""
+    fields = stored_fields(client, name)
+    return tuple(f for f in ChunkFields.DECLARED if f in fields)
 
 
 @dataclass(frozen=True)

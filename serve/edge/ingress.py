@@ -24,7 +24,7 @@ from serve import metrics
 from serve.answerability import load_answerability
 from serve.cache import open_response_cache
 from serve.edge import openai_compat
-from serve.edge.auth import Authenticator
+from serve.edge.auth import Authenticator, Caller
 from serve.edge.filters import compile_filters
 from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
@@ -234,20 +234,23 @@ class Ingress:
         body = {"ready": ok, "reason": reason, "llm": llm, "answer_budget": self._scfg.answer_budget()}
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    def _tenant(self, request: Request) -> str:
-        return self.tenant_of(request.headers)
+    def _caller(self, request: Request) -> Caller:
+        return self.caller_of(request.headers)
 
     def tenant_of(self, headers: Mapping[str, str]) -> str:
-        return self._auth.tenant_for(headers.get("authorization"), headers.get("x-api-key"))
+        return self.caller_of(headers).tenant
+
+    def caller_of(self, headers: Mapping[str, str]) -> Caller:
+        return self._auth.caller_for(headers.get("authorization"), headers.get("x-api-key"))
 
     async def answer(self, request: QueryRequest, headers: Mapping[str, str]) -> QueryResponse:
         """A whole query for another API on this ingress (MCP): the key's tenant, the limits, the deadline."""
-        tenant = self.tenant_of(headers)
+        caller = self.caller_of(headers)
         parsed = self.checked(request)
         filter_expr = await self._admit(parsed)
-        lease = await self._limiter.admit(tenant)
+        lease = await self._limiter.admit(caller.tenant)
         try:
-            result = await self._run_with_deadline(parsed, tenant, filter_expr, uuid.uuid4().hex)
+            result = await self._run_with_deadline(parsed, caller, filter_expr, uuid.uuid4().hex)
         finally:
             await lease.release()
         metrics.count_request(200)
@@ -265,15 +268,15 @@ class Ingress:
         request_id = _request_id(request)
         lease: Lease | None = None
         try:
-            tenant = self._tenant(request)
+            caller = self._caller(request)
             parsed = await self.parse(request)
             filter_expr = await self._admit(parsed)
-            lease = await self._limiter.admit(tenant)
+            lease = await self._limiter.admit(caller.tenant)
             wants_stream = parsed.stream or "text/event-stream" in request.headers.get("accept", "")
             if wants_stream:
-                stream, lease = self._stream(parsed, tenant, filter_expr, request_id, lease), None  # it releases
+                stream, lease = self._stream(parsed, caller, filter_expr, request_id, lease), None  # it releases
                 return EventSourceResponse(stream, headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"})
-            result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
+            result = await self._run_with_deadline(parsed, caller, filter_expr, request_id)
         except _HTTPError as exc:
             return error_response(exc.status, exc.message, request_id)
         except QueryError as exc:
@@ -285,11 +288,13 @@ class Ingress:
         return JSONResponse(result.model_dump(mode="json"), headers={"X-Request-ID": request_id})
 
     async def _run_with_deadline(
-        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, emit: Any = None
+        self, parsed: QueryRequest, caller: Caller, filter_expr: str, request_id: str, emit: Any = None
     ) -> QueryResponse:
         deadline = self._scfg.request_timeout_s
         try:
-            return await asyncio.wait_for(self._pipeline.run(parsed, tenant, filter_expr, request_id, emit), deadline)
+            return await asyncio.wait_for(
+                self._pipeline.run(parsed, caller.tenant, filter_expr, request_id, emit, groups=caller.groups), deadline
+            )
         except TimeoutError as exc:
             raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
 
@@ -304,16 +309,16 @@ class Ingress:
         request_id = _request_id(request)
         lease: Lease | None = None
         try:
-            tenant = self._tenant(request)
+            caller = self._caller(request)
             chat = openai_compat.parse_chat(await self.read_json(request))
             parsed = self.checked(openai_compat.to_query(chat, self.chat_models()))
             filter_expr = await self._admit(parsed)
-            lease = await self._limiter.admit(tenant)
+            lease = await self._limiter.admit(caller.tenant)
             if chat.stream:
-                stream = self._chat_stream(parsed, chat.model, tenant, filter_expr, request_id, lease)
+                stream = self._chat_stream(parsed, chat.model, caller, filter_expr, request_id, lease)
                 lease = None  # the stream releases it
                 return EventSourceResponse(stream, headers={"X-Request-ID": request_id, "Cache-Control": "no-cache"})
-            result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id)
+            result = await self._run_with_deadline(parsed, caller, filter_expr, request_id)
         except _HTTPError as exc:
             return chat_error(exc.status, exc.message, request_id)
         except QueryError as exc:
@@ -326,11 +331,11 @@ class Ingress:
         return JSONResponse(openai_compat.completion(result, chat.model), headers={"X-Request-ID": request_id})
 
     async def _chat_stream(
-        self, parsed: QueryRequest, model: str, tenant: str, filter_expr: str, request_id: str, lease: Lease
+        self, parsed: QueryRequest, model: str, caller: Caller, filter_expr: str, request_id: str, lease: Lease
     ) -> AsyncIterator[bytes]:
         created = int(time.time())
         yield sse_data(openai_compat.chunk(request_id, model, created, {"role": "assistant", "content": ""}))
-        async for event, data in self._events(parsed, tenant, filter_expr, request_id, lease):
+        async for event, data in self._events(parsed, caller, filter_expr, request_id, lease):
             if event == "final":
                 result = QueryResponse.model_validate(data)
                 for piece in openai_compat.answer_chunks(result, model, created):
@@ -340,13 +345,13 @@ class Ingress:
         yield format_sse_event(data_str="[DONE]")
 
     async def _stream(
-        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, lease: Lease
+        self, parsed: QueryRequest, caller: Caller, filter_expr: str, request_id: str, lease: Lease
     ) -> AsyncIterator[bytes]:
-        async for event, data in self._events(parsed, tenant, filter_expr, request_id, lease):
+        async for event, data in self._events(parsed, caller, filter_expr, request_id, lease):
             yield sse(event, data)
 
     async def _events(
-        self, parsed: QueryRequest, tenant: str, filter_expr: str, request_id: str, lease: Lease
+        self, parsed: QueryRequest, caller: Caller, filter_expr: str, request_id: str, lease: Lease
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """The pipeline's events as they happen (`stage`, `token`, `reset`), ending with `final` or `error`;
         the tenant's lease on a request in flight is held until then."""
@@ -357,7 +362,7 @@ class Ingress:
 
         async def produce() -> None:
             try:
-                result = await self._run_with_deadline(parsed, tenant, filter_expr, request_id, emit)
+                result = await self._run_with_deadline(parsed, caller, filter_expr, request_id, emit)
                 metrics.count_request(200)
                 await queue.put(("final", result.model_dump(mode="json")))
             except QueryError as exc:

@@ -21,11 +21,12 @@ from cachetools import TTLCache
 
 from cluster.config import RagcConfig
 from cluster.embedding_cache import CachedEmbedder, NoEmbeddingCache, open_embedding_cache
+from cluster.labels import PUBLIC
 from cluster.models import Embedder, SentenceTransformerEmbedder
 from cluster.store.bm25_text import bm25_text
 from cluster.store.client import connect
 from cluster.store.collections import CollectionMismatchError, Collections
-from cluster.store.expr import all_of, eq, fields_named
+from cluster.store.expr import all_of, eq, fields_named, quote
 from cluster.store.schema import ChunkFields, stored_fields
 from serve.errors import BadRequestError
 from serve.faults import FaultHooks
@@ -78,6 +79,7 @@ def _passage(entity: dict[str, Any], cosine: float | None) -> Passage:
         year=int(entity.get(f.YEAR, 0) or 0),
         author=str(entity.get(f.AUTHOR) or ""),
         tags=tuple(str(t) for t in entity.get(f.TAGS) or ()),
+        access=tuple(str(g) for g in entity.get(f.ACCESS) or ()),
         dense_score=cosine,
         chunk_index=int(entity.get(f.CHUNK_INDEX, 0) or 0),
     )
@@ -288,11 +290,14 @@ class HybridRetriever:
         filter_expr: str = "",
         hyde_passage: str | None = None,
         paraphrases: tuple[str, ...] = (),
+        groups: tuple[str, ...] = (),
     ) -> RetrievalResult:
+        """`groups`: the caller's access groups; it reads their documents and the tenant's public ones."""
         self._ready_embedder()
         self.check_filter_fields(filter_expr)
-        hits = self.search_arms(tenant, query, filter_expr, hyde_passage)
-        extra = self.paraphrase_hits(tenant, paraphrases, filter_expr) if paraphrases else {}
+        scoped = all_of(filter_expr, self.access_expr(groups))
+        hits = self.search_arms(tenant, query, scoped, hyde_passage)
+        extra = self.paraphrase_hits(tenant, paraphrases, scoped) if paraphrases else {}
         result = self.fuse(replace(hits, results=hits.results | extra))
         result.paraphrases_searched = len(extra) // 2
         return result
@@ -309,6 +314,15 @@ class HybridRetriever:
                 f"filter on {', '.join(missing)}: this index was built before that field was stored; "
                 "`ragc reindex` rebuilds it with the field, without downtime"
             )
+
+    def access_expr(self, groups: tuple[str, ...]) -> str:
+        """The documents `groups` may read: the public ones and those of a group among them. None in a collection
+        without the field is restricted (the ingest refuses such documents there), so it needs no clause; where
+        the fields are unknown the clause stays, and a search it fails is a failed search, never a wider one."""
+        fields = self._stored_fields()
+        if fields is not None and ChunkFields.ACCESS not in fields:
+            return ""
+        return f"array_contains_any({ChunkFields.ACCESS}, [{', '.join(quote(g) for g in (PUBLIC, *groups))}])"
 
     def _stored_fields(self) -> frozenset[str] | None:
         """The serving collection's fields, re-read as often as the index version (a reindex may add some)."""
@@ -480,10 +494,11 @@ class RetrieveStage(FaultHooks):
         filter_expr: str,
         hyde_passage: str | None = None,
         paraphrases: tuple[str, ...] = (),
+        groups: tuple[str, ...] = (),
     ) -> RetrievalResult:
         await self._injected_delay()
         return await asyncio.to_thread(
-            self._retriever.retrieve, tenant, query, filter_expr, hyde_passage, tuple(paraphrases)
+            self._retriever.retrieve, tenant, query, filter_expr, hyde_passage, tuple(paraphrases), tuple(groups)
         )
 
     async def embed(self, text: str) -> list[float]:

@@ -640,22 +640,26 @@ def test_declared_metadata_reaches_the_year_filter_and_a_bad_declaration_loses_n
     assert set(matching({"author": "Ann Lee"})) == {"front.md"}
 
 
-def test_a_collection_from_before_author_and_tags_keeps_working_and_a_reindex_adds_them(
+def test_a_collection_from_before_the_declared_fields_keeps_working_and_a_reindex_adds_them(
     cfg: RagcConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Milvus cannot add a field to a collection: one created before the declared fields were stored is
-    written without them, a filter on them is a 400 that says to reindex, and the reindex brings them."""
+    written without them, a filter on them is a 400 that says to reindex, a document restricted to access
+    groups is refused there (every key of the tenant would read it), and the reindex brings them all."""
     from cluster.store.schema import ChunkFields, stored_fields
+    from ingest_jobs.pipeline import RESTRICTED_IN_AN_OLD_INDEX
     from serve.edge.filters import compile_filters
     from serve.errors import BadRequestError
     from serve.stages.retrieve import HybridRetriever
 
     corpus = make_corpus(tmp_path / "docs")
     (corpus / "cache.md.meta.json").write_text(json.dumps({"tags": ["caching"]}))
+    (corpus / "payroll.md").write_text("---\naccess: [hr]\n---\n# Payroll\n\nPayroll responses are cached too.\n")
     monkeypatch.setattr(ChunkFields, "DECLARED", ())  # the schema as it was: the driver creates the collection
     first = run_sync(cfg, corpus, "acme")
     monkeypatch.undo()
-    assert first.failed == 0 and not set(ChunkFields.DECLARED) & stored_fields(connect(cfg), cfg.milvus.collection)
+    assert not set(ChunkFields.DECLARED) & stored_fields(connect(cfg), cfg.milvus.collection)
+    assert [(f.doc_id, f.reason) for f in first.failures] == [("payroll.md", RESTRICTED_IN_AN_OLD_INDEX)]
     tagged = compile_filters({"tags": "caching"}, cfg.serve.filters, cfg.serve.limits)
     question = "How are responses cached?"
     retriever = HybridRetriever(cfg)
@@ -664,8 +668,14 @@ def test_a_collection_from_before_author_and_tags_keeps_working_and_a_reindex_ad
     assert retriever.retrieve("acme", question).passages, "unfiltered questions are answered as before"
 
     run_reindex(cfg)
-    found = HybridRetriever(cfg).retrieve("acme", question, tagged).passages
+    rebuilt = HybridRetriever(cfg)
+    found = rebuilt.retrieve("acme", question, tagged).passages
     assert {p.doc_id for p in found} == {"cache.md"} and all(p.tags == ("caching",) for p in found)
+    payroll = "Are payroll responses cached?"
+    assert "payroll.md" not in {p.doc_id for p in rebuilt.retrieve("acme", payroll).passages}
+    assert "payroll.md" not in {p.doc_id for p in rebuilt.retrieve("acme", payroll, groups=("ops",)).passages}
+    readable = rebuilt.retrieve("acme", payroll, groups=("hr",)).passages
+    assert "payroll.md" in {p.doc_id for p in readable} and {p.access for p in readable} >= {("hr",), ("*",)}
 
 
 def test_odd_documents_are_stored_whole_or_fail_alone(cfg: RagcConfig, tmp_path: Path) -> None:

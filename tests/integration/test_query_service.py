@@ -33,6 +33,8 @@ KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
 GAMMA = {"Authorization": "Bearer key-gamma"}  # the tenant with small limits (not in the load test's keys)
 ALPHA = {"Authorization": "Bearer key-alpha"}
 BETA = {"X-API-Key": "key-beta"}
+BETA_HR = {"Authorization": "Bearer key-beta-hr"}  # beta's tenant, and the documents of its group hr
+SALARIES = "Salary bands of the zeppelin crew: a captain earns nine thousand florins a month."
 CACHE_TTL_S = 20
 BETA_SECRET = "Project Nightingale quarterly revenue forecast: the zeppelin fleet earns forty million florins."
 
@@ -99,7 +101,7 @@ def service(
 
     root = tmp_path_factory.mktemp("service")
     keys = root / "keys.json"
-    keys.write_text(json.dumps(KEYS | {"key-gamma": "gamma"}))
+    keys.write_text(json.dumps(KEYS | {"key-gamma": "gamma", "key-beta-hr": {"tenant": "beta", "groups": ["hr"]}}))
     # L1 off in this app so that repeats exercise the shared Redis levels (L1 is unit-tested)
     serve_cfg = {
         "auth": {"api_keys": {"file": str(keys)}},
@@ -116,6 +118,7 @@ def service(
     beta_docs.mkdir()
     (beta_docs / "beta-secret.txt").write_text(BETA_SECRET)
     (beta_docs / "beta-notes.md").write_text("# Notes\n\nThe beta team keeps its own notes about caching.\n")
+    (beta_docs / "salaries.md").write_text(f"---\naccess: [hr]\n---\n# Salaries\n\n{SALARIES}\n")
     alpha = run_sync(cfg, DEMO_CORPUS, "alpha")
     run_sync(cfg, beta_docs, "beta")
     run_sync(cfg, beta_docs, "gamma")
@@ -201,6 +204,22 @@ def test_tenant_b_never_sees_tenant_a_even_with_its_exact_text(service: dict[str
     assert "zeppelin" not in out["answer"]
     mine = ask(service, {"query": BETA_SECRET}, headers=BETA).json()
     assert mine["passages"][0]["doc_id"] == "beta-secret.txt"
+
+
+def test_a_document_restricted_to_a_group_is_read_only_by_keys_of_that_group(service: dict[str, Any]) -> None:
+    question = "How much does a zeppelin captain earn?"
+    hr = ask(service, {"query": question}, headers=BETA_HR).json()
+    assert hr["tenant"] == "beta" and "salaries.md" in {p["doc_id"] for p in hr["passages"]}, hr["passages"]
+    for _ in range(2):  # the second time, a cache shared with the hr key would answer
+        plain = ask(service, {"query": question}, headers=BETA).json()
+        assert "salaries.md" not in {p["doc_id"] for p in plain["passages"]} and "nine thousand" not in plain["answer"]
+    chat = httpx.post(
+        f"{service['base']}/v1/chat/completions",
+        json={"model": "ragc", "messages": [{"role": "user", "content": question}]},
+        headers=BETA,
+        timeout=60,
+    )
+    assert chat.status_code == 200 and "nine thousand" not in chat.text and "salaries.md" not in chat.text
 
 
 def test_each_milvus_arm_filters_by_tenant_before_any_post_check(service: dict[str, Any]) -> None:

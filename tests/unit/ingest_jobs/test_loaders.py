@@ -84,7 +84,7 @@ def test_beir_corpus_lines(tmp_path: Path) -> None:
     docs = {d.doc_id: d for d in found.documents}
     assert sorted(docs) == ["7", "d1", "d9"]
     assert docs["d1"].year == 2019
-    assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019, "", ())
+    assert parse(docs["d1"]) == ("T", "T\n\nbody", 2019, "", (), ())
     assert len(found.failures) == 7
     reasons = {f.doc_id: f.reason for f in found.failures}
     assert reasons["y1"].startswith("metadata year 1000000000000000019884624838656 is not between 0 and 9999")
@@ -152,11 +152,11 @@ def test_metadata_from_front_matter_html_meta_and_a_sidecar_that_wins(tmp_path: 
     assert not docs["a.md"].text.startswith("---") and "title:" not in docs["a.md"].text
     assert docs["a.md"].tags == ("ops", "k8s") and docs["a.md"].author == ""
     assert docs["b.html"].year == 2020 and docs["b.html"].title == "b" and docs["b.html"].author == "X"
-    assert docs["c.txt"] == ("Sidecar Title", "plain words", 2018, "", ())
+    assert docs["c.txt"] == ("Sidecar Title", "plain words", 2018, "", (), ())
 
 
 def test_tags_are_kept_once_each_and_tags_no_filter_could_match_fail_their_document(tmp_path: Path) -> None:
-    write(tmp_path, "a.md", "---\ntags: ' ops , k8s,ops,, '\nauthor: '  Ann Lee '\n---\nbody")
+    write(tmp_path, "a.md", "---\ntags: ' ops , k8s,ops,, '\nauthor: '  Ann Lee '\naccess: [hr, hr]\n---\nbody")
     write(tmp_path, "many.md", "---\ntags: [" + ", ".join(f"t{n}" for n in range(65)) + "]\n---\nbody")
     write(tmp_path, "long.md", f"---\ntags: [{'x' * 129}]\n---\nbody")
     write(tmp_path, "quote.md", "---\ntags: ['it''s']\n---\nbody")
@@ -165,10 +165,10 @@ def test_tags_are_kept_once_each_and_tags_no_filter_could_match_fail_their_docum
     found = scan(tmp_path, LIMIT)
     docs = {d.doc_id: d for d in found.documents}
     parsed = parse(docs["a.md"])
-    assert parsed.tags == ("ops", "k8s") and parsed.author == "Ann Lee"
+    assert parsed.tags == ("ops", "k8s") and parsed.author == "Ann Lee" and parsed.access == ("hr",)
     for name, reason in [
         ("many.md", "at most 64 tags, got 65"),
-        ("long.md", "longer than 128 characters"),
+        ("long.md", "one of the tags is longer than 128 characters"),
         ("quote.md", "holds a quote"),
     ]:
         with pytest.raises(ParseError, match=reason):
@@ -180,12 +180,12 @@ def test_tags_are_kept_once_each_and_tags_no_filter_could_match_fail_their_docum
 
 def test_corpus_records_carry_their_declared_author_and_tags(tmp_path: Path) -> None:
     lines = [
-        json.dumps({"_id": "a", "text": "one", "metadata": {"author": "Ann", "tags": "x, y"}}),
+        json.dumps({"_id": "a", "text": "one", "metadata": {"author": "Ann", "tags": "x, y", "access": ["hr"]}}),
         json.dumps({"_id": "b", "text": "two", "metadata": {"tags": {"not": "a list"}}}),
     ]
     write(tmp_path, "corpus.jsonl", "\n".join(lines))
     found = scan(tmp_path, LIMIT)
-    assert parse(found.documents[0]) == ("", "one", 0, "Ann", ("x", "y"))
+    assert parse(found.documents[0]) == ("", "one", 0, "Ann", ("x", "y"), ("hr",))
     assert [f.doc_id for f in found.failures] == ["b"] and "tags" in found.failures[0].reason
 
 

@@ -17,7 +17,9 @@ def test_a_row_carries_author_and_tags_only_into_a_collection_that_has_them() ->
 
     row = EMPTY_ROW | {"text": "words", "embedding": [0.5, 0.5], "author": "A" * 600, "tags": TAG_SEPARATOR.join("xy")}
     row[ENRICHMENT_COLUMN] = ""
-    stored = _milvus_row(row, None, 1000, declared=True)
+    stored = _milvus_row(row, None, 1000)
     assert stored["tags"] == ["x", "y"] and stored["author"] == "A" * 512  # cut to its field
-    assert _milvus_row(row | {"tags": ""}, None, 1000)["tags"] == []
-    assert not {"author", "tags"} & set(_milvus_row(row, None, 1000, declared=False))
+    assert stored["access"] == ["*"], "a document that declares no access groups is public in its tenant"
+    restricted = _milvus_row(row | {"tags": "", "access": TAG_SEPARATOR.join(["hr", "ops"])}, None, 1000)
+    assert restricted["tags"] == [] and restricted["access"] == ["hr", "ops"]
+    assert not {"author", "tags", "access"} & set(_milvus_row(row, None, 1000, declared=()))

@@ -4,6 +4,7 @@ import pytest
 
 from cluster.config import RagcConfig
 from serve.answerability import FEATURES, AnswerabilityModel, OperatingPoint
+from serve.edge.auth import Caller
 from serve.errors import DeadlineError, UnavailableError
 from serve.pipeline import QueryPipeline
 from serve.types import Passage, QueryRequest, QueryResponse
@@ -92,6 +93,26 @@ def test_foreign_tenant_passages_are_dropped() -> None:
     assert out["abstained"]
 
 
+def test_the_callers_groups_reach_the_search_and_a_passage_they_may_not_read_is_dropped() -> None:
+    from dataclasses import replace
+
+    readable = [replace(p, access=access) for p, access in zip(passages("t1", 3), [("*",), ("hr",), ()], strict=True)]
+    hidden = replace(passages("t1", 4)[3], access=("finance",))
+    stages = FakeStages([*readable, hidden])
+    pipeline = QueryPipeline(config().serve, fake_stages(stages))
+    out = asyncio.run(pipeline.run(QueryRequest(query="q", rerank=False), "t1", "", "r", groups=("hr",)))
+    assert stages.groups == [("hr",)]
+    assert {p["chunk_id"] for p in out.model_dump()["passages"]} == {"c0", "c1", "c2"}
+
+
+def test_the_cache_scope_holds_the_callers_groups() -> None:
+    pipeline = QueryPipeline(config().serve, fake_stages(FakeStages(passages())))
+    request = QueryRequest(query="q")
+    none, hr = (pipeline.scope(request, "t1", "", 3, groups) for groups in ((), ("hr",)))
+    assert none.digest() != hr.digest() != pipeline.scope(request, "t1", "", 3, ("hr", "ops")).digest()
+    assert hr.digest() == pipeline.scope(request, "t1", "", 3, ("hr",)).digest()
+
+
 def test_request_deadline_is_a_504() -> None:
     from serve.edge.ingress import Ingress
 
@@ -105,7 +126,7 @@ def test_request_deadline_is_a_504() -> None:
         cfg.model_dump(mode="json"), fake_stages(FakeStages(passages(), delay_s={"retrieve": 2.0})), ready
     )
     with pytest.raises(DeadlineError, match="deadline"):
-        asyncio.run(ingress._run_with_deadline(QueryRequest(query="q"), "t1", "", "r"))
+        asyncio.run(ingress._run_with_deadline(QueryRequest(query="q"), Caller("t1"), "", "r"))
 
 
 def test_remote_failures_are_reported_by_their_cause() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cluster.config import AuthConfig, LimitsConfig, RagcConfig, SecretRef
@@ -52,6 +54,25 @@ def test_auth_maps_keys_to_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
         auth.tenant_for(None, None)
     with pytest.raises(UnauthorizedError, match="unknown"):
         auth.tenant_for("Bearer nope", None)
+
+
+def test_a_key_may_carry_access_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve.edge.auth import Caller
+
+    keys = {"k-a": "alpha", "k-hr": {"tenant": "alpha", "groups": ["hr", " hr", "ops"]}}
+    monkeypatch.setenv("TEST_KEYS", json.dumps(keys))
+    auth = Authenticator(AuthConfig(api_keys=SecretRef(env_var="TEST_KEYS")), "0.0.0.0")
+    assert auth.caller_for("Bearer k-a", None) == Caller("alpha", ())
+    assert auth.caller_for(None, "k-hr") == Caller("alpha", ("hr", "ops"))
+    for wrong, message in [
+        ({"tenant": "alpha", "group": ["hr"]}, "tenant or to"),
+        ({"groups": ["hr"]}, "tenant or to"),
+        ({"tenant": "alpha", "groups": "hr"}, "list of strings"),
+        ({"tenant": "alpha", "groups": ['h"r']}, "quote"),
+    ]:
+        monkeypatch.setenv("TEST_KEYS", json.dumps({"k": wrong}))
+        with pytest.raises(ValueError, match=message):
+            Authenticator(AuthConfig(api_keys=SecretRef(env_var="TEST_KEYS")), "0.0.0.0")
 
 
 def test_auth_off_is_single_tenant_and_loopback_only() -> None:

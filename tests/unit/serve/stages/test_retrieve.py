@@ -57,4 +57,20 @@ def test_a_filter_on_a_field_the_serving_collection_lacks_is_the_clients_error()
     new = HybridRetriever(RagcConfig())
     new._client = FieldsOnly([*before, *ChunkFields.DECLARED])
     new.check_filter_fields('(array_contains(tags, "x"))')
-    assert new._output_fields() == [*ChunkFields.OUTPUT, "author", "tags"]
+    assert new._output_fields() == [*ChunkFields.OUTPUT, "author", "tags", "access"]
+
+
+def test_a_caller_reads_public_documents_and_its_groups_where_the_collection_stores_access() -> None:
+    from cluster.config import RagcConfig
+    from cluster.store.schema import ChunkFields
+    from serve.stages.retrieve import HybridRetriever
+
+    retriever = HybridRetriever(RagcConfig())
+    retriever._client = FieldsOnly([*ChunkFields.OUTPUT, *ChunkFields.DECLARED])
+    assert retriever.access_expr(()) == 'array_contains_any(access, ["*"])'
+    assert retriever.access_expr(("hr", "ops")) == 'array_contains_any(access, ["*", "hr", "ops"])'
+    older = HybridRetriever(RagcConfig())  # nothing in it is restricted: the ingest refuses such documents there
+    older._client = FieldsOnly(list(ChunkFields.OUTPUT))
+    assert older.access_expr(("hr",)) == ""
+    unknown = HybridRetriever(RagcConfig())  # no client: the clause stays (a failed search, never a wider one)
+    assert unknown.access_expr(()) == 'array_contains_any(access, ["*"])'
