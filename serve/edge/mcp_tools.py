@@ -65,7 +65,8 @@ def build_mcp(front: Callable[[], QueryFront] = this_replica) -> MCPServer:
     ) -> dict[str, Any]:
         out = await run(QueryRequest(query=query, filters=filters or {}, top_k=top_k, mode="no_text"), ctx)
         passages = [
-            p.model_dump(include={"n", "doc_id", "title", "source", "section", "text", "score"}) for p in out.passages
+            p.model_dump(include={"n", "doc_id", "title", "source", "section", "author", "tags", "text", "score"})
+            for p in out.passages
         ]
         return {"passages": passages, "abstained": out.abstained, "tenant": out.tenant, "request_id": out.request_id}
 

@@ -80,7 +80,17 @@ def test_search_is_retrieval_only_with_the_filters_and_depth_given() -> None:
     assert (request.mode, request.filters, request.top_k) == ("no_text", {"doc_type": "md"}, 4)
     out = result.structured_content
     assert out["passages"] == [
-        {"n": 1, "doc_id": "d", "title": "t", "source": "s", "section": "", "text": "x", "score": 0.5}
+        {
+            "n": 1,
+            "doc_id": "d",
+            "title": "t",
+            "source": "s",
+            "section": "",
+            "author": "",
+            "tags": [],
+            "text": "x",
+            "score": 0.5,
+        }
     ]
     assert out["tenant"] == "alpha" and out["abstained"] is False
 
