@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -123,6 +124,7 @@ class HybridRetriever:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieve")
         self._version: TTLCache[str, int] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
         self._fields: TTLCache[str, frozenset[str]] = TTLCache(1, ttl=self._rcfg.index_version_ttl_s)
+        self._caches_lock = threading.Lock()  # requests and both arms run in threads; a TTLCache is not thread-safe
         self._last_version = 0
         self.not_ready_reason: str | None = "not warmed up"
         self._unreachable_since: float | None = None
@@ -176,9 +178,12 @@ class HybridRetriever:
     def index_version(self, fresh: bool = False) -> int:
         """The catalog's index version, re-read when the cached one is older than `index_version_ttl_s`
         (or `fresh`); the last one read while the store is not connected."""
-        version = None if fresh else self._version.get("v")
+        with self._caches_lock:
+            version = None if fresh else self._version.get("v")
         if version is None and self._collections:
-            version = self._last_version = self._version["v"] = self._collections.index_version()
+            version = self._last_version = self._collections.index_version()
+            with self._caches_lock:
+                self._version["v"] = version
         return self._last_version if version is None else version
 
     def embed_query(self, text: str) -> list[float]:
@@ -326,12 +331,16 @@ class HybridRetriever:
 
     def _stored_fields(self) -> frozenset[str] | None:
         """The serving collection's fields, re-read as often as the index version (a reindex may add some)."""
-        fields = self._fields.get("alias")
+        with self._caches_lock:
+            fields = self._fields.get("alias")
         if fields is None:
             try:
-                fields = self._fields["alias"] = stored_fields(self._client, self._cfg.milvus.collection)
+                fields = stored_fields(self._client, self._cfg.milvus.collection)
             except Exception as exc:  # noqa: BLE001 - unknown; the caller goes on without them
                 logger.warning("collection fields unknown", extra={"error": str(exc)})
+                return None
+            with self._caches_lock:
+                self._fields["alias"] = fields
         return fields
 
     def _output_fields(self) -> list[str]:
