@@ -300,9 +300,13 @@ class HybridRetriever:
         """`groups`: the caller's access groups; it reads their documents and the tenant's public ones."""
         self._ready_embedder()
         self.check_filter_fields(filter_expr)
-        scoped = all_of(filter_expr, self.access_expr(groups))
+        access = self.access_expr(groups)
+        scoped = all_of(filter_expr, access)
         hits = self.search_arms(tenant, query, scoped, hyde_passage)
         extra = self.paraphrase_hits(tenant, paraphrases, scoped) if paraphrases else {}
+        if not access and self.access_expr(groups):
+            # a reindex moved the alias to a collection with access groups while this searched: once more, with them
+            return self.retrieve(tenant, query, filter_expr, hyde_passage, paraphrases, groups)
         result = self.fuse(replace(hits, results=hits.results | extra))
         result.paraphrases_searched = len(extra) // 2
         return result
@@ -330,7 +334,9 @@ class HybridRetriever:
         return f"array_contains_any({ChunkFields.ACCESS}, [{', '.join(quote(g) for g in (PUBLIC, *groups))}])"
 
     def _stored_fields(self) -> frozenset[str] | None:
-        """The serving collection's fields, re-read as often as the index version (a reindex may add some)."""
+        """The serving collection's fields, re-read as often as the index version. Those of a collection without
+        every declared field are read afresh each time: a reindex may move the alias to one with access groups,
+        and a search without their clause must not read it."""
         with self._caches_lock:
             fields = self._fields.get("alias")
         if fields is None:
@@ -339,8 +345,9 @@ class HybridRetriever:
             except Exception as exc:  # noqa: BLE001 - unknown; the caller goes on without them
                 logger.warning("collection fields unknown", extra={"error": str(exc)})
                 return None
-            with self._caches_lock:
-                self._fields["alias"] = fields
+            if fields >= set(ChunkFields.DECLARED):
+                with self._caches_lock:
+                    self._fields["alias"] = fields
         return fields
 
     def _output_fields(self) -> list[str]:

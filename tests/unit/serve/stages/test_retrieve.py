@@ -74,3 +74,26 @@ def test_a_caller_reads_public_documents_and_its_groups_where_the_collection_sto
     assert older.access_expr(("hr",)) == ""
     unknown = HybridRetriever(RagcConfig())  # no client: the clause stays (a failed search, never a wider one)
     assert unknown.access_expr(()) == 'array_contains_any(access, ["*"])'
+
+
+def test_a_search_that_raced_a_reindex_into_a_collection_with_access_groups_is_run_again_with_them() -> None:
+    """An older collection's fields are read afresh on every request; one that had gained `access` by the
+    time the search returned (the alias moved mid-request) gets the search again, with the groups' clause."""
+    from cluster.config import RagcConfig
+    from cluster.store.schema import ChunkFields
+    from serve.stages.retrieve import ArmHits, HybridRetriever
+    from serve.types import RetrievalResult
+
+    retriever = HybridRetriever(RagcConfig(), embedder=object())  # type: ignore[arg-type]
+    client = retriever._client = FieldsOnly(list(ChunkFields.OUTPUT))
+    searched: list[str] = []
+
+    def search_arms(tenant: str, query: str, expr: str = "", hyde: str | None = None) -> ArmHits:
+        searched.append(expr)
+        client.fields = [*ChunkFields.OUTPUT, *ChunkFields.DECLARED]  # the reindex's alias swap lands meanwhile
+        return ArmHits({"dense": []}, {"dense": "ok"}, True, "query")
+
+    retriever.search_arms = search_arms  # type: ignore[method-assign]
+    retriever.fuse = lambda hits: RetrievalResult([], index_version=1)  # type: ignore[method-assign]
+    retriever.retrieve("t", "q", groups=("hr",))
+    assert searched == ["", 'array_contains_any(access, ["*", "hr"])']
