@@ -67,6 +67,9 @@ def connect(cfg: RagcConfig, attempts: int | None = None) -> MilvusClient:
     )
 
 
+NOT_LOADED = 101  # MilvusException code: "collection ... is in state 'released'; call load() before search"
+
+
 class Catalog:
     """JSON values by string key in a small Milvus collection, shared by every process."""
 
@@ -75,17 +78,30 @@ class Catalog:
         self._name = name
         if not client.has_collection(name):
             create_key_value_collection(client, name, {"value": VALUE_MAX})
-        client.load_collection(name)
+        self.load()
+
+    def load(self) -> None:
+        """Loaded for reading: once, and again after the store restarted (it comes back with nothing loaded)."""
+        self._client.load_collection(self._name)
 
     def get(self, key: str) -> Any:
-        rows = self._client.query(self._name, filter=eq("key", key), output_fields=["value"])
+        rows = self._query(filter=eq("key", key), output_fields=["value"])
         return json.loads(rows[0]["value"]) if rows else None
 
     def get_many(self, prefix: str) -> dict[str, Any]:
-        rows = self._client.query(
-            self._name, filter=f'key like "{prefix}%"', output_fields=["key", "value"], limit=16384
-        )
+        rows = self._query(filter=f'key like "{prefix}%"', output_fields=["key", "value"], limit=16384)
         return {r["key"]: json.loads(r["value"]) for r in rows}
+
+    def _query(self, **query: Any) -> list[dict[str, Any]]:
+        """A read that loads the catalog again if the store restarted under this client (it comes back with
+        nothing loaded, and the index version is read on every answer)."""
+        try:
+            return list(self._client.query(self._name, **query))
+        except MilvusException as exc:
+            if exc.code != NOT_LOADED:
+                raise
+        self.load()
+        return list(self._client.query(self._name, **query))
 
     def put(self, key: str, value: Any) -> None:
         self._client.upsert(self._name, [{"key": key, "value": json.dumps(value), "_v": PLACEHOLDER_VECTOR}])

@@ -128,8 +128,11 @@ class Collections:
         create_ledger_collection(self.client, ledger_name(physical))
 
     def load(self, physical: str) -> None:
+        """The collection and its ledger, and the catalog (the index version): what a store that restarted
+        lost; the service's readiness and health checks call this through `ensure`."""
         self.client.load_collection(physical)
         self.client.load_collection(ledger_name(physical))
+        self.catalog.load()
 
     def swap_alias(self, physical: str) -> str | None:
         """Point the alias at `physical`; returns the collection it pointed at before."""
