@@ -304,7 +304,7 @@ class HybridRetriever:
         scoped = all_of(filter_expr, access)
         hits = self.search_arms(tenant, query, scoped, hyde_passage)
         extra = self.paraphrase_hits(tenant, paraphrases, scoped) if paraphrases else {}
-        if not access and self.access_expr(groups):
+        if not access and ChunkFields.ACCESS in (self._stored_fields(fresh=True) or ()):
             # a reindex moved the alias to a collection with access groups while this searched: once more, with them
             return self.retrieve(tenant, query, filter_expr, hyde_passage, paraphrases, groups)
         result = self.fuse(replace(hits, results=hits.results | extra))
@@ -333,21 +333,18 @@ class HybridRetriever:
             return ""
         return f"array_contains_any({ChunkFields.ACCESS}, [{', '.join(quote(g) for g in (PUBLIC, *groups))}])"
 
-    def _stored_fields(self) -> frozenset[str] | None:
-        """The serving collection's fields, re-read as often as the index version. Those of a collection without
-        every declared field are read afresh each time: a reindex may move the alias to one with access groups,
-        and a search without their clause must not read it."""
+    def _stored_fields(self, fresh: bool = False) -> frozenset[str] | None:
+        """The serving collection's fields, re-read as often as the index version (or now: `fresh`)."""
         with self._caches_lock:
-            fields = self._fields.get("alias")
+            fields = None if fresh else self._fields.get("alias")
         if fields is None:
             try:
                 fields = stored_fields(self._client, self._cfg.milvus.collection)
             except Exception as exc:  # noqa: BLE001 - unknown; the caller goes on without them
                 logger.warning("collection fields unknown", extra={"error": str(exc)})
                 return None
-            if fields >= set(ChunkFields.DECLARED):
-                with self._caches_lock:
-                    self._fields["alias"] = fields
+            with self._caches_lock:
+                self._fields["alias"] = fields
         return fields
 
     def _output_fields(self) -> list[str]:

@@ -77,8 +77,8 @@ def test_a_caller_reads_public_documents_and_its_groups_where_the_collection_sto
 
 
 def test_a_search_that_raced_a_reindex_into_a_collection_with_access_groups_is_run_again_with_them() -> None:
-    """An older collection's fields are read afresh on every request; one that had gained `access` by the
-    time the search returned (the alias moved mid-request) gets the search again, with the groups' clause."""
+    """After a search without the access clause the serving collection's fields are read afresh: if they have
+    `access` by then (a reindex moved the alias mid-request), the search runs again with the groups' clause."""
     from cluster.config import RagcConfig
     from cluster.store.schema import ChunkFields
     from serve.stages.retrieve import ArmHits, HybridRetriever
