@@ -127,6 +127,19 @@ def cmd_delete(cfg: RagcConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_docs(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from cli.inventory_text import index_text, tenant_text
+    from ingest_jobs.inventory import index_inventory, tenant_inventory
+
+    if args.tenant is None:
+        if args.source is not None:
+            raise ValueError("--source names one of a tenant's sources: give --tenant too")
+        emit(index_inventory(cfg).summary(), args.json, index_text)
+    else:
+        emit(tenant_inventory(cfg, args.tenant, args.source).summary(), args.json, tenant_text)
+    return EXIT_OK
+
+
 def cmd_reindex(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from ingest_jobs.reindex import TenantSource, rollback, run_reindex
 
@@ -322,6 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--source", metavar="NAME", help="only this source's documents (default: all of the tenant's, enrichment too)"
     )
     delete.set_defaults(func=cmd_delete)
+
+    docs = sub.add_parser(
+        "docs", parents=[common], help="what the index holds: every tenant, or one tenant's documents and metadata"
+    )
+    docs.add_argument("--tenant", help="list this tenant's documents (default: every tenant, counted)")
+    docs.add_argument("--source", metavar="NAME", help="with --tenant: only this source's documents")
+    docs.set_defaults(func=cmd_docs)
 
     reindex = sub.add_parser("reindex", parents=[common], help="rebuild into a new collection, then swap the alias")
     reindex.add_argument(

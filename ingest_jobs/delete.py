@@ -26,10 +26,6 @@ from ingest_jobs.sources import NamedSource, TenantSources, owned_entries
 from ingest_jobs.sync import COMMIT_BATCH, count_chunks, tenant_lease
 
 
-class UnknownSourceError(ValueError):
-    pass
-
-
 @dataclass
 class DeleteReport:
     tenant: str
@@ -99,13 +95,7 @@ def run_delete(cfg: RagcConfig, tenant: str, source: str | None = None) -> Delet
 
 def _chosen(sources: TenantSources, name: str | None) -> NamedSource | None:
     """The source to delete; None: the whole tenant."""
-    if name is None:
-        return None
-    found = next((s for s in sources.sources if s.name == name), None)
-    if found is None:
-        known = ", ".join(s.name for s in sources.sources) or "none recorded"
-        raise UnknownSourceError(f"tenant {sources.tenant!r} has no source {name!r} (its sources: {known})")
-    return found
+    return None if name is None else sources.named(name)
 
 
 def _delete_in(

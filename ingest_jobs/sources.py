@@ -25,6 +25,10 @@ LEGACY_NAME = "default"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+class UnknownSourceError(ValueError):
+    pass
+
+
 class SourceNameError(ValueError):
     pass
 
@@ -111,6 +115,14 @@ class TenantSources:
 
     def _new(self, name: str, path: str) -> NamedSource:
         return NamedSource(name, path, prefix=f"{name}{SEPARATOR}" if self.sources else "")
+
+    def named(self, name: str) -> NamedSource:
+        """The recorded source `name`; refused with the tenant's sources when it has none of that name."""
+        found = next((s for s in self.sources if s.name == name), None)
+        if found is None:
+            known = ", ".join(s.name for s in self.sources) or "none recorded"
+            raise UnknownSourceError(f"tenant {self.tenant!r} has no source {name!r} (its sources: {known})")
+        return found
 
     def others(self, source: NamedSource) -> list[NamedSource]:
         return [s for s in self.sources if s.name != source.name]

@@ -26,6 +26,15 @@ def milvus_uri(cfg: RagcConfig) -> str:
 ITERATOR_BATCH = 4096
 
 
+def _not_the_iterator_ts_warning(record: logging.LogRecord) -> bool:
+    """milvus-lite answers no mvccTs to the query an iterator starts with; pymilvus then warns (on every
+    `ragc` command that lists rows) and uses the client's clock instead, which is what a full read needs."""
+    return not record.getMessage().startswith("failed to get mvccTs from milvus server")
+
+
+logging.getLogger("pymilvus.orm.iterator").addFilter(_not_the_iterator_ts_warning)
+
+
 def iterate_rows(client: MilvusClient, collection: str, expr: str, fields: list[str]) -> Iterator[dict[str, Any]]:
     """Every row matching `expr`, in batches (a plain query is capped at 16,384 rows)."""
     iterator = client.query_iterator(collection, batch_size=ITERATOR_BATCH, filter=expr, output_fields=fields)

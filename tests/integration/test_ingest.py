@@ -490,13 +490,55 @@ def test_a_tenant_fed_from_two_folders_keeps_both_and_reindex_rebuilds_both(cfg:
     assert sorted((r["doc_id"], r["text"]) for r in rows_of(cfg, "acme")) == kept, "both rebuilt, nothing else"
 
 
+def test_the_inventory_lists_each_source_s_documents_as_the_index_holds_them(cfg: RagcConfig, tmp_path: Path) -> None:
+    """`ragc docs`: every tenant counted, then one tenant's documents under the source that owns them, with
+    their chunk counts and declared metadata, read from the ledger and the store (not from the folders)."""
+    from ingest_jobs.inventory import index_inventory, tenant_inventory
+
+    handbook, wiki = two_folders(tmp_path)
+    (wiki / "pay.md").write_text("---\nauthor: HR team\ntags: [payroll]\naccess: [hr]\n---\n# Pay\n\nPay day.\n")
+    run_sync(cfg, handbook, "acme")
+    run_sync(cfg, wiki, "acme")
+    run_sync(cfg, wiki, "beta")
+    (handbook / "cache.md").unlink()  # gone from the folder, still in the index until a prune: listed
+
+    acme = tenant_inventory(cfg, "acme")
+    assert [(s.name, s.documents) for s in acme.sources] == [("handbook", 5), ("wiki", 3)]
+    by_id = {d.doc_id: d for d in acme.documents}
+    assert set(by_id) == {*DOCS, "README.md", "wiki::README.md", "wiki::faq.md", "wiki::pay.md"}
+    assert {d.chunks for d in acme.documents} >= {1} and sum(d.chunks for d in acme.documents) == len(
+        rows_of(cfg, "acme")
+    )
+    assert by_id["long.txt"].chunks == len(rows_of(cfg, "acme", "long.txt")) > 1
+    pay = by_id["wiki::pay.md"]
+    assert (pay.source, pay.title, pay.author, pay.tags, pay.access) == ("wiki", "Pay", "HR team", ["payroll"], ["hr"])
+    assert by_id["cache.md"].access == ["*"] and acme.missing_fields == []
+
+    wiki_only = tenant_inventory(cfg, "acme", "wiki")
+    assert {d.doc_id for d in wiki_only.documents} == {"wiki::README.md", "wiki::faq.md", "wiki::pay.md"}
+    counted = {t["tenant"]: (t["documents"], t["sources"]) for t in index_inventory(cfg).tenants}
+    assert counted["acme"] == (8, ["handbook", "wiki"]) and counted["beta"] == (3, ["wiki"])
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "cli.main", "docs", "--tenant", "beta", "--json"],
+        capture_output=True,
+        text=True,
+        env=cli_env(cfg, tmp_path / "state"),
+        timeout=120,
+        check=True,
+    )
+    listed = json.loads(shown.stdout.strip().splitlines()[-1])
+    assert [d["doc_id"] for d in listed["documents"]] == ["README.md", "faq.md", "pay.md"], listed
+    assert "mvccTs" not in shown.stderr, shown.stderr
+
+
 def test_deleting_a_source_then_the_tenant_leaves_nothing_of_theirs_in_any_generation(
     cfg: RagcConfig, tmp_path: Path
 ) -> None:
     """`ragc delete`: one source's documents, then the whole tenant, out of the active generation and the one
     kept for a rollback, their ledger entries and catalog record with them; another tenant keeps everything."""
-    from ingest_jobs.delete import UnknownSourceError, run_delete
-    from ingest_jobs.sources import TenantSources
+    from ingest_jobs.delete import run_delete
+    from ingest_jobs.sources import TenantSources, UnknownSourceError
 
     handbook, wiki = two_folders(tmp_path)
     run_sync(cfg, handbook, "acme")
@@ -659,6 +701,9 @@ def test_a_collection_from_before_the_declared_fields_keeps_working_and_a_reinde
     first = run_sync(cfg, corpus, "acme")
     monkeypatch.undo()
     assert not set(ChunkFields.DECLARED) & stored_fields(connect(cfg), cfg.milvus.collection)
+    from ingest_jobs.inventory import tenant_inventory
+
+    assert tenant_inventory(cfg, "acme").missing_fields == ["author", "tags", "access"], "`ragc docs` says so"
     assert [(f.doc_id, f.reason) for f in first.failures] == [("payroll.md", RESTRICTED_IN_AN_OLD_INDEX)]
     tagged = compile_filters({"tags": "caching"}, cfg.serve.filters, cfg.serve.limits)
     question = "How are responses cached?"
@@ -668,6 +713,7 @@ def test_a_collection_from_before_the_declared_fields_keeps_working_and_a_reinde
     assert retriever.retrieve("acme", question).passages, "unfiltered questions are answered as before"
 
     run_reindex(cfg)
+    assert tenant_inventory(cfg, "acme").missing_fields == []
     rebuilt = HybridRetriever(cfg)
     found = rebuilt.retrieve("acme", question, tagged).passages
     assert {p.doc_id for p in found} == {"cache.md"} and all(p.tags == ("caching",) for p in found)

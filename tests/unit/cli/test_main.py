@@ -34,6 +34,8 @@ def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["calibrate-abstention", "--dataset", "{dataset}", "--reranker", "{out}"], "make an abstention variant"),
         (["reindex", "--rollback", "--tenant", "t", "{dataset}"], "--rollback takes no --tenant"),
         (["delete", "--tenant", "a b"], "invalid tenant id 'a b'"),
+        (["docs", "--tenant", "a b"], "invalid tenant id 'a b'"),
+        (["docs", "--source", "wiki"], "give --tenant too"),
         (["eval-answers", "--dataset", "{dataset}", "--dataset", "{dataset}"], "names a dataset twice"),
         (["eval-answers", "--dataset", "{dataset}", "--dataset", "{out}", "--output", "{out}.json"], "must hold"),
     ],
