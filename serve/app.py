@@ -17,7 +17,16 @@ from serve.stages.rerank import RerankStage
 from serve.stages.retrieve import RetrieveStage
 from serve.stages.rewrite import RewriteStage
 from serve.stages.synthesize import SynthesizeStage
-from serve.types import AnswerContext, Merged, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
+from serve.types import (
+    AnswerContext,
+    DocumentPage,
+    Merged,
+    Passage,
+    Reranked,
+    RetrievalResult,
+    RewriteResult,
+    SynthesisItem,
+)
 
 
 class BindableStage(Protocol):
@@ -93,6 +102,11 @@ class HandleRetriever:
 
     async def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
         return await self._handle.merged.remote(tenant, passages, min_siblings, max_chars)
+
+    async def documents(
+        self, tenant: str, filter_expr: str, after: str | None, limit: int, groups: tuple[str, ...] = ()
+    ) -> DocumentPage:
+        return await self._handle.documents.remote(tenant, filter_expr, after, limit, groups)
 
     async def index_version(self) -> int:
         return await self._handle.index_version.remote()

@@ -30,6 +30,8 @@ from serve.types import (
     AnswerContext,
     CacheStatus,
     Citation,
+    DocumentList,
+    DocumentOut,
     Passage,
     PassageOut,
     QueryRequest,
@@ -83,6 +85,13 @@ def client_error(exc: Exception) -> QueryError | None:
     cause = getattr(exc, "cause", None)
     error = cause if isinstance(cause, QueryError) else exc
     return error if isinstance(error, QueryError) and error.status_code < 500 else None
+
+
+def retrieval_error(failure: StageFailure) -> QueryError:
+    """Retrieval has no fallback: its failure is the request's, a 503 (with Retry-After when overloaded)."""
+    if failure.retry_after_s is not None:
+        return OverloadedError(f"retrieval overloaded, retry shortly: {failure.reason}", failure.retry_after_s)
+    return UnavailableError(f"retrieval unavailable: {failure.reason}")
 
 
 def stage_failure(stage: str, exc: Exception, timeout_s: float) -> StageFailure:
@@ -185,6 +194,23 @@ class QueryPipeline:
         if mode not in allowed:
             raise BadRequestError(f"mode {mode!r} is not allowed; use one of: {', '.join(allowed)}")
         return cast(ResponseMode, mode)
+
+    async def documents(
+        self, tenant: str, filter_expr: str, cursor: str | None, limit: int, groups: tuple[str, ...], request_id: str
+    ) -> DocumentList:
+        """A page of the tenant's documents that `groups` may read; each checked again as a passage is."""
+        try:
+            page = await call_stage(
+                "retrieve",
+                lambda: self._stages.retriever.documents(tenant, filter_expr, cursor, limit, groups),
+                self._cfg.retrieve.timeout_s,
+            )
+        except StageFailure as failure:
+            raise retrieval_error(failure) from failure
+        readable = self._readable_only(page.documents, tenant, groups, request_id)
+        return DocumentList(
+            tenant=tenant, documents=[DocumentOut.of(d) for d in readable], next_cursor=page.next_cursor
+        )
 
     async def run(
         self,
@@ -322,10 +348,7 @@ class QueryPipeline:
             )
         except StageFailure as failure:
             await report("retrieve", "error", started, failure.reason)
-            if failure.retry_after_s is not None:
-                reason = f"retrieval overloaded, retry shortly: {failure.reason}"
-                raise OverloadedError(reason, failure.retry_after_s) from failure
-            raise UnavailableError(f"retrieval unavailable: {failure.reason}") from failure
+            raise retrieval_error(failure) from failure
         passages = self._readable_only(retrieved.passages, tenant, groups, request_id)
         degraded = "; ".join(f"{arm} {state}" for arm, state in retrieved.arms.items() if state != "ok")
         detail = f"embedded {retrieved.embedded}" + (f"; {degraded}" if degraded else "")

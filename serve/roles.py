@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cluster.config import ResponseMode
-from serve.types import AnswerContext, Merged, Passage, Reranked, RetrievalResult, RewriteResult, SynthesisItem
+from serve.types import (
+    AnswerContext,
+    DocumentPage,
+    Merged,
+    Passage,
+    Reranked,
+    RetrievalResult,
+    RewriteResult,
+    SynthesisItem,
+)
 
 
 class Rewriter(Protocol):
@@ -42,6 +51,12 @@ class Retriever(Protocol):
 
     async def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
         """The passages with each section `min_siblings` or more of them come from read whole (serve/merging.py)."""
+        ...
+
+    async def documents(
+        self, tenant: str, filter_expr: str, after: str | None, limit: int, groups: tuple[str, ...] = ()
+    ) -> DocumentPage:
+        """A page of the documents `groups` may read in the tenant, after the cursor `after` (a chunk id)."""
         ...
 
     async def index_version(self) -> int:

@@ -77,6 +77,14 @@ class Passage:
         )
 
 
+@dataclass(frozen=True)
+class DocumentPage:
+    """One page of a tenant's documents (each as its first chunk, without text), in chunk id order."""
+
+    documents: list[Passage]
+    next_cursor: str | None  # the last chunk id of this page when there are more; None: this was the last
+
+
 @dataclass
 class RetrievalResult:
     passages: list[Passage]
@@ -236,6 +244,35 @@ class PassageOut(BaseModel):
         description="what the answer read for this passage: its section whole (merge_siblings), or the passage "
         "widened with its neighbouring chunks (neighbours > 0); null: the answer read `text`",
     )
+
+
+class DocumentOut(BaseModel):
+    doc_id: str
+    title: str
+    source: str = Field(description="where it was read from (path or URL)")
+    doc_type: str
+    year: int | None = Field(description="the declared or dated year; null: none")
+    author: str = Field(default="", description='the declared author ("": none, or not stored)')
+    tags: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, first_chunk: Passage) -> DocumentOut:
+        p = first_chunk
+        return cls(
+            doc_id=p.doc_id,
+            title=p.title,
+            source=p.source,
+            doc_type=p.doc_type,
+            year=p.year or None,
+            author=p.author,
+            tags=list(p.tags),
+        )
+
+
+class DocumentList(BaseModel):
+    tenant: str
+    documents: list[DocumentOut] = Field(description="the documents this key may read, in a stable order")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: this was the last")
 
 
 class Citation(BaseModel):

@@ -136,6 +136,7 @@ class FakeStages:
         self.read: list = []  # the passage texts each synthesize_stream call was given
         self.searched: list = []  # (query, paraphrases) of each retrieve call
         self.groups: list = []  # the caller's access groups of each retrieve call
+        self.listed: list = []  # (filter_expr, groups) of each documents call
 
     async def _enter(self, stage: str) -> None:
         import asyncio
@@ -213,6 +214,15 @@ class FakeStages:
     async def embed(self, text):  # type: ignore[no-untyped-def]
         await self._enter("embed")
         return HashEmbedder(dim=16).embed([text])[0]
+
+    async def documents(self, tenant, filter_expr, after, limit, groups=()):  # type: ignore[no-untyped-def]
+        """`passages` as the documents, in chunk id order after `after`; records (filter_expr, groups)."""
+        from serve.types import DocumentPage
+
+        await self._enter("documents")
+        self.listed.append((filter_expr, tuple(groups)))
+        rest = sorted((p for p in self.passages if not after or p.chunk_id > after), key=lambda p: p.chunk_id)
+        return DocumentPage(rest[:limit], rest[limit - 1].chunk_id if len(rest) > limit else None)
 
     async def index_version(self):  # type: ignore[no-untyped-def]
         await self._enter("index_version")

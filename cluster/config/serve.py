@@ -167,6 +167,9 @@ class LimitsConfig(Section):
     max_history_turns: int = Field(default=20, ge=0)
     max_turn_chars: int = Field(default=4000, gt=0)
     max_top_k: int = Field(default=50, gt=0)
+    max_documents_page: int = Field(
+        default=1000, gt=0, le=10000, description="`GET /v1/documents`: the most documents one page may ask for"
+    )
     max_filters: int = Field(default=16, ge=0)
     max_in_values: int = Field(default=100, gt=0)
     max_body_bytes: int = Field(default=256 * 1024, gt=0)

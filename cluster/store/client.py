@@ -35,6 +35,16 @@ def _not_the_iterator_ts_warning(record: logging.LogRecord) -> bool:
 logging.getLogger("pymilvus.orm.iterator").addFilter(_not_the_iterator_ts_warning)
 
 
+def first_rows(client: MilvusClient, collection: str, expr: str, fields: list[str], limit: int) -> list[dict[str, Any]]:
+    """The `limit` rows matching `expr` with the smallest primary keys, in key order: a page that `pk > last`
+    continues. A plain query's rows come in no order (milvus-lite 3.2.2); the iterator's come by key."""
+    iterator = client.query_iterator(collection, batch_size=limit, filter=expr, output_fields=fields)
+    try:
+        return list(iterator.next())
+    finally:
+        iterator.close()
+
+
 def iterate_rows(client: MilvusClient, collection: str, expr: str, fields: list[str]) -> Iterator[dict[str, Any]]:
     """Every row matching `expr`, in batches (a plain query is capped at 16,384 rows)."""
     iterator = client.query_iterator(collection, batch_size=ITERATOR_BATCH, filter=expr, output_fields=fields)

@@ -27,12 +27,13 @@ from serve.edge import openai_compat
 from serve.edge.auth import Authenticator, Caller
 from serve.edge.filters import compile_filters
 from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
+from serve.edge.listing import cursor_of, filters_param, page_size
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
 from serve.edge.text_rules import check_encodable, check_encodable_json
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RetryLaterError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
-from serve.types import QueryRequest, QueryResponse
+from serve.types import DocumentList, QueryRequest, QueryResponse
 from serve.usage import send_request_log_to_stderr
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,11 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
             (504, "request deadline passed"),
         )
     },
+}
+
+
+DOCUMENTS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: QUERY_RESPONSES[status] for status in (400, 401, 429, 503, 504)
 }
 
 
@@ -256,9 +262,51 @@ class Ingress:
         metrics.count_request(200)
         return result
 
+    async def list_documents(
+        self,
+        headers: Mapping[str, str],
+        filters: dict[str, Any],
+        cursor: str | None,
+        limit: Any,
+        request_id: str | None = None,
+    ) -> DocumentList:
+        """A page of the documents the key may read in its tenant (its groups' and the public ones), under the
+        same limits and deadline as a query; the MCP tool `list_documents` calls this too."""
+        caller = self.caller_of(headers)
+        size = page_size(limit, self._scfg.limits.max_documents_page)
+        after = cursor_of(cursor)
+        filter_expr = await self._admit_filters(filters)
+        lease = await self._limiter.admit(caller.tenant)
+        deadline = self._scfg.request_timeout_s
+        try:
+            listing = self._pipeline.documents(
+                caller.tenant, filter_expr, after, size, caller.groups, request_id or uuid.uuid4().hex
+            )
+            return await asyncio.wait_for(listing, deadline)
+        except TimeoutError as exc:
+            raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
+        finally:
+            await lease.release()
+
+    async def handle_documents(self, request: Request) -> Response:
+        request_id = _request_id(request)
+        params = request.query_params
+        try:
+            filters = filters_param(params.get("filters"))
+            listed = await self.list_documents(
+                request.headers, filters, params.get("cursor"), params.get("limit"), request_id
+            )
+        except QueryError as exc:
+            return error_response(exc.status_code, exc.message, request_id, retry_headers(exc))
+        metrics.count_request(200)
+        return JSONResponse(listed.model_dump(mode="json"), headers={"X-Request-ID": request_id})
+
     async def _admit(self, parsed: QueryRequest) -> str:
+        return await self._admit_filters(parsed.filters)
+
+    async def _admit_filters(self, filters: dict[str, Any]) -> str:
         """The compiled filter expression, once the service is ready to answer."""
-        filter_expr = compile_filters(parsed.filters, self._scfg.filters, self._scfg.limits)
+        filter_expr = compile_filters(filters, self._scfg.filters, self._scfg.limits)
         ok, reason = await self.ready()
         if not ok:
             raise NotReadyError(f"service not ready: {reason}")
@@ -414,6 +462,19 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
             """OpenAI-compatible: messages in, `chat.completion` (or its SSE chunks) out; citations, passages
             and stages in the `ragc` extension field."""
             return await self.handle_chat(request)
+
+        @api.get("/v1/documents", response_model=DocumentList, responses=DOCUMENTS_RESPONSES)
+        async def documents(
+            self,
+            request: Request,
+            limit: str | None = None,  # text, so that a bad value is this API's 400 and not FastAPI's 422
+            cursor: str | None = None,
+            filters: str | None = None,
+        ) -> Response:
+            """The documents this key may read, a page at a time (`limit`, default 100), in a stable order:
+            pass `next_cursor` back as `cursor` for the next page. `filters`: the JSON object `/v1/query` takes."""
+            del limit, cursor, filters  # declared for the OpenAPI schema; read (and checked) from the request
+            return await self.handle_documents(request)
 
         @api.get("/v1/models", tags=["openai"])
         async def list_models(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """MCP server (the `mcp` package, streamable HTTP) mounted on the ingress at `/mcp`: tools `search` (passages
-with citation numbers) and `ask` (a cited answer) over the same pipeline, keys, tenants, filters and limits
-as `/v1/query`.
+with citation numbers), `ask` (a cited answer) and `list_documents` (what the key may read) over the same
+pipeline, keys, tenants, filters and limits as `/v1/query`.
 
 The API key is checked before the MCP protocol sees the request (401 with the reason, as on every other
 route), and each tool call takes its tenant from the same headers. Stateless and JSON responses: any ingress
@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve.errors import QueryError
-from serve.types import QueryRequest, QueryResponse
+from serve.types import DocumentList, QueryRequest, QueryResponse
 
 MCP_PATH = "/mcp"
 
@@ -32,6 +32,10 @@ class QueryFront(Protocol):
     def tenant_of(self, headers: Mapping[str, str]) -> str: ...  # UnauthorizedError for a bad key
 
     async def answer(self, request: QueryRequest, headers: Mapping[str, str]) -> QueryResponse: ...
+
+    async def list_documents(
+        self, headers: Mapping[str, str], filters: dict[str, Any], cursor: str | None, limit: Any
+    ) -> DocumentList: ...
 
 
 _REPLICA: dict[str, QueryFront] = {}  # the ingress of this Serve replica (one per replica process)
@@ -84,6 +88,19 @@ def build_mcp(front: Callable[[], QueryFront] = this_replica) -> MCPServer:
             "tenant": out.tenant,
             "request_id": out.request_id,
         }
+
+    @server.tool(
+        description="List the tenant's documents this key may read (title, source, year, author, tags), a page at "
+        "a time: pass next_cursor back as cursor for the next page."
+    )
+    async def list_documents(
+        ctx: Context, filters: dict[str, Any] | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        try:
+            listed = await front().list_documents(ctx.headers or {}, filters or {}, cursor, limit)
+        except QueryError as exc:
+            raise ToolError(f"{exc.status_code}: {exc.message}") from exc
+        return listed.model_dump(mode="json")
 
     return server
 

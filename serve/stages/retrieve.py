@@ -25,7 +25,7 @@ from cluster.embedding_cache import CachedEmbedder, NoEmbeddingCache, open_embed
 from cluster.labels import PUBLIC
 from cluster.models import Embedder, SentenceTransformerEmbedder
 from cluster.store.bm25_text import bm25_text
-from cluster.store.client import connect
+from cluster.store.client import connect, first_rows
 from cluster.store.collections import CollectionMismatchError, Collections
 from cluster.store.expr import all_of, eq, fields_named, quote
 from cluster.store.schema import ChunkFields, stored_fields
@@ -35,7 +35,7 @@ from serve.fusion import rrf_fuse
 from serve.merging import merge, section_expr, sibling_groups
 from serve.neighbours import widen, window_expr
 from serve.tracing import span
-from serve.types import Merged, Passage, RetrievalResult
+from serve.types import DocumentPage, Merged, Passage, RetrievalResult
 
 logger = logging.getLogger(__name__)
 ARMS = ("dense", "bm25")
@@ -72,7 +72,7 @@ def _passage(entity: dict[str, Any], cosine: float | None) -> Passage:
         chunk_id=str(entity[f.ID]),
         doc_id=str(entity[f.DOC_ID]),
         tenant_id=str(entity[f.TENANT]),
-        text=str(entity[f.TEXT]),
+        text=str(entity.get(f.TEXT, "")),
         title=str(entity.get(f.TITLE, "")),
         source=str(entity.get(f.SOURCE, "")),
         section=str(entity.get(f.SECTION, "")),
@@ -432,6 +432,29 @@ class HybridRetriever:
         )
         return merge(passages, chunks, min_siblings, max_chars)
 
+    def documents(
+        self, tenant: str, filter_expr: str, after: str | None, limit: int, groups: tuple[str, ...] = ()
+    ) -> DocumentPage:
+        """One page of the documents `groups` may read (each as its first chunk, without text), in chunk id order
+        after the chunk id `after`: a cursor that stays valid while documents come and go."""
+        self._ready_embedder()  # connected, and the collection is there
+        self.check_filter_fields(filter_expr)
+        access = self.access_expr(groups)
+        expr = all_of(
+            eq(ChunkFields.TENANT, tenant),
+            f"{ChunkFields.CHUNK_INDEX} == 0",
+            filter_expr,
+            access,
+            f"{ChunkFields.ID} > {quote(after)}" if after else "",
+        )
+        fields = [f for f in self._output_fields() if f != ChunkFields.TEXT]
+        rows = first_rows(self._client, self._cfg.milvus.collection, expr, fields, limit + 1)
+        if not access and ChunkFields.ACCESS in (self._stored_fields(fresh=True) or ()):
+            # a reindex moved the alias to a collection with access groups while this read: once more, with them
+            return self.documents(tenant, filter_expr, after, limit, groups)
+        page = [_passage(row, None) for row in rows[:limit]]
+        return DocumentPage(page, page[-1].chunk_id if len(rows) > limit else None)
+
     def _submit_arm(self, arm: str, tenant: str, search: Callable[..., list[list[Passage]]], *args: Any) -> Future[Any]:
         """One arm's search on the pool, in a span of the current trace (pool threads do not inherit it)."""
 
@@ -522,6 +545,11 @@ class RetrieveStage(FaultHooks):
 
     async def merged(self, tenant: str, passages: list[Passage], min_siblings: int, max_chars: int) -> Merged:
         return await asyncio.to_thread(self._retriever.merged, tenant, passages, min_siblings, max_chars)
+
+    async def documents(
+        self, tenant: str, filter_expr: str, after: str | None, limit: int, groups: tuple[str, ...] = ()
+    ) -> DocumentPage:
+        return await asyncio.to_thread(self._retriever.documents, tenant, filter_expr, after, limit, tuple(groups))
 
     async def index_version(self) -> int:
         """Fresh from the catalog: the ingress already caches it for `index_version_ttl_s`."""

@@ -222,6 +222,45 @@ def test_a_document_restricted_to_a_group_is_read_only_by_keys_of_that_group(ser
     assert chat.status_code == 200 and "nine thousand" not in chat.text and "salaries.md" not in chat.text
 
 
+def listed_documents(service: dict[str, Any], headers: dict[str, str], **params: Any) -> list[dict[str, Any]]:
+    """Every page of `GET /v1/documents`, followed by its cursor."""
+    documents: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = httpx.get(
+            f"{service['base']}/v1/documents", params=params | {"cursor": cursor or ""}, headers=headers, timeout=60
+        )
+        assert page.status_code == 200, page.text
+        documents += page.json()["documents"]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            return documents
+
+
+def test_the_documents_a_key_may_read_are_listed_page_by_page(service: dict[str, Any]) -> None:
+    """The ledger says what each tenant has (`ragc docs`); the API lists the same documents, a page at a time,
+    each once, without another tenant's or a group's the key lacks, and with the query API's filters."""
+    from ingest_jobs.inventory import tenant_inventory
+
+    alpha = listed_documents(service, ALPHA, limit=7)
+    ids = [d["doc_id"] for d in alpha]
+    assert len(ids) == len(set(ids)) and set(ids) == {
+        d.doc_id for d in tenant_inventory(service["cfg"], "alpha").documents
+    }
+    tenancy = next(d for d in alpha if d["doc_id"] == "security/tenant-isolation.md")
+    assert tenancy["title"] == "How tenants are kept apart" and tenancy["tags"] == ["security"]
+    secured = {d["doc_id"] for d in listed_documents(service, ALPHA, filters=json.dumps({"tags": "security"}))}
+    assert secured == {i for i in ids if i.startswith("security/")} and len(secured) >= 2
+
+    assert {d["doc_id"] for d in listed_documents(service, BETA)} == {"beta-secret.txt", "beta-notes.md"}
+    readable = {d["doc_id"] for d in listed_documents(service, BETA_HR, limit=1)}
+    assert readable == {"beta-secret.txt", "beta-notes.md", "salaries.md"}
+
+    bad = httpx.get(f"{service['base']}/v1/documents", params={"cursor": "zz"}, headers=ALPHA, timeout=30)
+    assert bad.status_code == 400 and "cursor" in bad.json()["error"]
+    assert httpx.get(f"{service['base']}/v1/documents", timeout=30).status_code == 401
+
+
 def test_each_milvus_arm_filters_by_tenant_before_any_post_check(service: dict[str, Any]) -> None:
     """The tenant clause is in both searches themselves: the pipeline's own post-filter would mask a leak."""
     from serve.stages.retrieve import ARMS, HybridRetriever
@@ -602,14 +641,14 @@ def test_openai_errors_come_in_openais_shape(service: dict[str, Any]) -> None:
     assert not {c["doc_id"] for c in out.model_extra["ragc"]["citations"]} & alpha_doc_ids()
 
 
-def test_the_mcp_client_lists_and_calls_search_and_ask(service: dict[str, Any]) -> None:
+def test_the_mcp_client_lists_and_calls_search_ask_and_list_documents(service: dict[str, Any]) -> None:
     import asyncio
 
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async def session(headers: dict[str, str]) -> tuple[set[str], Any, Any]:
+    async def session(headers: dict[str, str]) -> tuple[set[str], Any, Any, Any]:
         url = f"{service['base']}/mcp"
         async with (
             httpx2.AsyncClient(headers=headers, timeout=60) as http,
@@ -618,10 +657,13 @@ def test_the_mcp_client_lists_and_calls_search_and_ask(service: dict[str, Any]) 
             tools = {t.name for t in (await client.list_tools()).tools}
             search = await client.call_tool("search", {"query": "How are tenants kept apart?", "top_k": 3})
             answer = await client.call_tool("ask", {"question": "What happens when a document is edited?"})
-            return tools, search, answer
+            listed = await client.call_tool("list_documents", {"limit": 100})
+            return tools, search, answer, listed
 
-    tools, search, answer = asyncio.run(session(ALPHA))
-    assert tools == {"search", "ask"} and not search.is_error and not answer.is_error
+    tools, search, answer, listed = asyncio.run(session(ALPHA))
+    assert tools == {"search", "ask", "list_documents"} and not search.is_error and not answer.is_error
+    assert {d["doc_id"] for d in listed.structured_content["documents"]} <= alpha_doc_ids()
+    assert "security/tenant-isolation.md" in {d["doc_id"] for d in listed.structured_content["documents"]}
     found = search.structured_content
     assert found["tenant"] == "alpha" and 1 <= len(found["passages"]) <= 3
     assert [p["n"] for p in found["passages"]] == list(range(1, len(found["passages"]) + 1))
@@ -631,7 +673,8 @@ def test_the_mcp_client_lists_and_calls_search_and_ask(service: dict[str, Any]) 
     assert all(f"[{c['n']}]" in out["answer"] for c in out["citations"])
     assert {c["doc_id"] for c in out["citations"]} <= alpha_doc_ids()
     # beta's key: beta's tenant, never alpha's documents
-    _, beta_search, _ = asyncio.run(session(BETA))
+    _, beta_search, _, beta_listed = asyncio.run(session(BETA))
+    assert {d["doc_id"] for d in beta_listed.structured_content["documents"]} == {"beta-secret.txt", "beta-notes.md"}
     assert beta_search.structured_content["tenant"] == "beta"
     assert not {p["doc_id"] for p in beta_search.structured_content["passages"]} & alpha_doc_ids()
     # no key: refused before the protocol, as on every other route

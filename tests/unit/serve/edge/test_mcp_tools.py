@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from serve.edge.mcp_tools import MCP_PATH, build_mcp, mcp_app
 from serve.errors import BadRequestError, UnauthorizedError
-from serve.types import QueryRequest, QueryResponse
+from serve.types import DocumentList, DocumentOut, QueryRequest, QueryResponse
 
 
 class FakeFront:
@@ -20,6 +20,7 @@ class FakeFront:
 
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
+        self.listings: list[tuple[dict[str, Any], str | None, Any]] = []
 
     def tenant_of(self, headers: Mapping[str, str]) -> str:
         if headers.get("authorization") != "Bearer k":
@@ -60,6 +61,16 @@ class FakeFront:
             }
         )
 
+    async def list_documents(
+        self, headers: Mapping[str, str], filters: dict[str, Any], cursor: str | None, limit: Any
+    ) -> DocumentList:
+        tenant = self.tenant_of(headers)
+        if limit == 0:
+            raise BadRequestError("limit must be between 1 and 1000")
+        self.listings.append((filters, cursor, limit))
+        doc = DocumentOut(doc_id="d", title="t", source="s", doc_type="md", year=None, tags=["ops"])
+        return DocumentList(tenant=tenant, documents=[doc], next_cursor="c" * 32)
+
 
 def call(tool: str, arguments: dict[str, Any], answer: FakeFront) -> Any:
     async def go() -> tuple[set[str], Any]:
@@ -68,7 +79,7 @@ def call(tool: str, arguments: dict[str, Any], answer: FakeFront) -> Any:
             return {t.name for t in listed.tools}, await client.call_tool(tool, arguments)
 
     names, result = asyncio.run(go())
-    assert names == {"search", "ask"}
+    assert names == {"search", "ask", "list_documents"}
     return result
 
 
@@ -106,6 +117,25 @@ def test_ask_answers_with_citations_in_the_default_mode() -> None:
 def test_a_refused_query_is_a_tool_error_with_the_status_and_reason() -> None:
     result = call("ask", {"question": "please refuse"}, FakeFront())
     assert result.is_error and "400: unknown filter field" in result.content[0].text
+
+
+def test_list_documents_pages_with_the_filters_given_and_refuses_a_bad_page() -> None:
+    front = FakeFront()
+    front.tenant_of = lambda headers: "alpha"  # type: ignore[method-assign]  # the in-process client sends no key
+
+    def list_documents(arguments: dict[str, Any]) -> Any:
+        async def go() -> Any:
+            async with Client(build_mcp(lambda: front)) as client:
+                return await client.call_tool("list_documents", arguments)
+
+        return asyncio.run(go())
+
+    listed = list_documents({"filters": {"tags": "ops"}, "limit": 5})
+    assert not listed.is_error and front.listings == [({"tags": "ops"}, None, 5)]
+    out = listed.structured_content
+    assert out["documents"][0]["doc_id"] == "d" and out["next_cursor"] == "c" * 32 and out["tenant"] == "alpha"
+    refused = list_documents({"limit": 0})
+    assert refused.is_error and "400: limit must be between 1 and 1000" in refused.content[0].text
 
 
 def test_the_key_is_checked_before_the_protocol() -> None:
