@@ -29,7 +29,7 @@ from serve.edge.filters import compile_filters
 from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
 from serve.edge.listing import cursor_of, filters_param, page_size
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
-from serve.edge.text_rules import check_encodable, check_encodable_json
+from serve.edge.text_rules import check_encodable, json_object
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RetryLaterError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
@@ -185,15 +185,10 @@ class Ingress:
         if len(body) > limits.max_body_bytes:
             raise _HTTPError(413, f"body too large ({len(body)} bytes > {limits.max_body_bytes})")
         try:
-            data = json.loads(body.decode("utf-8"))
+            text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BadRequestError(f"body is not valid UTF-8 (byte {exc.start})") from exc
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise BadRequestError(f"malformed JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise BadRequestError("the body must be a JSON object")
-        check_encodable_json(data, "the body")
-        return data
+        return json_object(text, "the body")
 
     async def parse(self, request: Request) -> QueryRequest:
         data = await self.read_json(request)

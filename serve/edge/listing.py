@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from cluster.hashing import HASH_CHARS
-from serve.edge.text_rules import check_encodable_json
+from serve.edge.text_rules import json_object
 from serve.errors import BadRequestError
 
 DEFAULT_PAGE = 100
@@ -40,11 +39,4 @@ def filters_param(raw: str | None) -> dict[str, Any]:
     """`filters` as a query parameter: the JSON object `/v1/query` takes in its body."""
     if raw is None or raw == "":
         return {}
-    try:
-        filters = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise BadRequestError(f"filters must be a JSON object, as in /v1/query: {exc}") from exc
-    if not isinstance(filters, dict):
-        raise BadRequestError("filters must be a JSON object, as in /v1/query")
-    check_encodable_json(filters, "filters")
-    return filters
+    return json_object(raw, "filters (the JSON object /v1/query takes)")

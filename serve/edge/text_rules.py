@@ -29,3 +29,15 @@ def check_encodable_json(data: Any, what: str) -> None:
             f"{what} holds a string with an unpaired surrogate (a \\uD800-\\uDFFF escape without its pair): "
             "not valid Unicode"
         ) from exc
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """`text` as a JSON object whose strings all encode; anything else a `BadRequestError` naming `what`."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise BadRequestError(f"{what}: malformed JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadRequestError(f"{what} must be a JSON object")
+    check_encodable_json(data, what)
+    return data
