@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from cachetools import TTLCache
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel, Field, ValidationError
@@ -462,9 +462,10 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
         async def documents(
             self,
             request: Request,
-            limit: str | None = None,  # text, so that a bad value is this API's 400 and not FastAPI's 422
-            cursor: str | None = None,
-            filters: str | None = None,
+            # text, so that a bad value is this API's 400 (with its reason) and not FastAPI's 422
+            limit: str | None = Query(None, description="documents per page: 1 to max_documents_page (100)"),
+            cursor: str | None = Query(None, description="a previous page's next_cursor"),
+            filters: str | None = Query(None, description='the JSON object /v1/query takes: {"tags": "security"}'),
         ) -> Response:
             """The documents this key may read, a page at a time (`limit`, default 100), in a stable order:
             pass `next_cursor` back as `cursor` for the next page. `filters`: the JSON object `/v1/query` takes."""
