@@ -34,6 +34,7 @@ class QueryMetrics:
     answer_checks: Counter
     limited: Counter
     limiter_fallbacks: Counter
+    key_reloads: Counter
     breakers: Counter
     tenant_requests: Counter
     tenant_tokens: Counter
@@ -67,6 +68,11 @@ def query_metrics() -> QueryMetrics:
         limited=Counter("ragc_limited_requests", "Requests refused with 429, by the limit hit", tag_keys=("limit",)),
         limiter_fallbacks=Counter(
             "ragc_limiter_fallbacks", "Times an ingress replica fell back to its own limiter because Redis failed"
+        ),
+        key_reloads=Counter(
+            "ragc_api_key_reloads",
+            "Changed API key files an ingress replica read: reloaded, or refused (kept the keys it had)",
+            tag_keys=("outcome",),
         ),
         breakers=Counter(
             "ragc_breaker_events",
@@ -106,6 +112,10 @@ def count_limited(limit: str) -> None:
 
 def count_limiter_fallback() -> None:
     query_metrics().limiter_fallbacks.inc()
+
+
+def count_key_reload(outcome: str) -> None:
+    query_metrics().key_reloads.inc(tags={"outcome": outcome})
 
 
 def count_usage(tenant: str, model: str, tokens: dict[str, int], outcomes: list[str]) -> None:

@@ -111,6 +111,12 @@ class AuthConfig(Section):
         description="a YAML/JSON mapping {api_key: tenant}, in a file or an environment variable",
     )
     single_tenant: str = Field(default="demo", description="the tenant of every request when auth is off")
+    reload_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="how often each ingress replica reads the keys again (a rotated or revoked key takes effect "
+        "without a restart; a file that fails to parse keeps the keys it had); 0 = read once at start",
+    )
 
 
 FallbackStage = Literal["rewrite", "rerank", "synthesize"]

@@ -33,6 +33,7 @@ KEYS = {"key-alpha": "alpha", "key-beta": "beta"}
 GAMMA = {"Authorization": "Bearer key-gamma"}  # the tenant with small limits (not in the load test's keys)
 ALPHA = {"Authorization": "Bearer key-alpha"}
 BETA = {"X-API-Key": "key-beta"}
+KEYS_RELOAD_S = 1.0
 BETA_HR = {"Authorization": "Bearer key-beta-hr"}  # beta's tenant, and the documents of its group hr
 SALARIES = "Salary bands of the zeppelin crew: a captain earns nine thousand florins a month."
 CACHE_TTL_S = 20
@@ -104,7 +105,7 @@ def service(
     keys.write_text(json.dumps(KEYS | {"key-gamma": "gamma", "key-beta-hr": {"tenant": "beta", "groups": ["hr"]}}))
     # L1 off in this app so that repeats exercise the shared Redis levels (L1 is unit-tested)
     serve_cfg = {
-        "auth": {"api_keys": {"file": str(keys)}},
+        "auth": {"api_keys": {"file": str(keys)}, "reload_s": KEYS_RELOAD_S},
         "request_timeout_s": 60,
         "cache": {"l1_max_entries": 0, "ttl_s": CACHE_TTL_S},
         "llm": {"enabled": False},
@@ -143,7 +144,7 @@ def service(
     deploy(mismatch, "mismatch", "/mismatch")
     base = f"http://127.0.0.1:{port}"
     _wait_ready(base + "/readyz")
-    yield {"base": base, "cfg": cfg, "alpha_docs": alpha.chunks_total, "metrics_port": ray_session}
+    yield {"base": base, "cfg": cfg, "alpha_docs": alpha.chunks_total, "metrics_port": ray_session, "keys": keys}
     serve.shutdown()
 
 
@@ -259,6 +260,29 @@ def test_the_documents_a_key_may_read_are_listed_page_by_page(service: dict[str,
     bad = httpx.get(f"{service['base']}/v1/documents", params={"cursor": "zz"}, headers=ALPHA, timeout=30)
     assert bad.status_code == 400 and "cursor" in bad.json()["error"]
     assert httpx.get(f"{service['base']}/v1/documents", timeout=30).status_code == 401
+
+
+def test_a_key_added_then_revoked_in_the_keys_file_takes_effect_without_a_restart(service: dict[str, Any]) -> None:
+    """Each ingress replica reads the file again on a request once `reload_s` passed since its last read, so
+    this holds with any number of them. A bad edit keeping the keys in use: tests/unit/serve/edge."""
+    import time
+
+    keys: Path = service["keys"]
+    before = keys.read_text()
+    question = {"query": "How are tenants kept apart?", "mode": "no_text"}
+    new_key = {"Authorization": "Bearer key-alpha-rotated"}
+    try:
+        assert ask(service, question, headers=new_key).status_code == 401
+        keys.write_text(json.dumps(json.loads(before) | {"key-alpha-rotated": "alpha"}))
+        time.sleep(KEYS_RELOAD_S + 0.5)
+        added = ask(service, question, headers=new_key)
+        assert added.status_code == 200 and added.json()["tenant"] == "alpha", added.text
+        keys.write_text(before)  # revoked
+        time.sleep(KEYS_RELOAD_S + 0.5)
+        assert ask(service, question, headers=new_key).status_code == 401
+        assert ask(service, question).status_code == 200, "the other keys stay"
+    finally:
+        keys.write_text(before)
 
 
 def test_each_milvus_arm_filters_by_tenant_before_any_post_check(service: dict[str, Any]) -> None:

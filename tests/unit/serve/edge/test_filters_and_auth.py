@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +74,45 @@ def test_a_key_may_carry_access_groups(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("TEST_KEYS", json.dumps({"k": wrong}))
         with pytest.raises(ValueError, match=message):
             Authenticator(AuthConfig(api_keys=SecretRef(env_var="TEST_KEYS")), "0.0.0.0")
+
+
+def test_keys_are_read_again_so_a_rotated_or_revoked_key_needs_no_restart(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"k-old": "alpha"}))
+    now = [0.0]
+    auth = Authenticator(AuthConfig(api_keys=SecretRef(file=keys), reload_s=10), "0.0.0.0", clock=lambda: now[0])
+    assert auth.tenant_for("Bearer k-old", None) == "alpha"
+
+    keys.write_text(json.dumps({"k-new": "alpha", "k-b": {"tenant": "beta", "groups": ["hr"]}}))  # rotated
+    now[0] = 9.0
+    assert auth.tenant_for("Bearer k-old", None) == "alpha", "read again only every reload_s"
+    now[0] = 10.0
+    with pytest.raises(UnauthorizedError, match="unknown"):
+        auth.tenant_for("Bearer k-old", None)
+    assert auth.caller_for("Bearer k-b", None).groups == ("hr",) and auth.tenant_for(None, "k-new") == "alpha"
+
+    for broken in ('{"k-new": ', json.dumps({"k": {"groups": ["hr"]}}), None):  # a bad edit, or the file gone
+        if broken is None:
+            keys.unlink()
+        else:
+            keys.write_text(broken)
+        now[0] += 10.0
+        assert auth.tenant_for(None, "k-new") == "alpha", f"{broken!r} keeps the keys in use"
+
+    keys.write_text("{}")  # an empty mapping is valid: every key revoked
+    now[0] += 10.0
+    with pytest.raises(UnauthorizedError, match="unknown"):
+        auth.tenant_for(None, "k-new")
+
+
+def test_reload_off_reads_the_keys_once(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"k": "alpha"}))
+    now = [0.0]
+    auth = Authenticator(AuthConfig(api_keys=SecretRef(file=keys), reload_s=0), "0.0.0.0", clock=lambda: now[0])
+    keys.write_text("{}")
+    now[0] = 1e6
+    assert auth.tenant_for(None, "k") == "alpha"
 
 
 def test_auth_off_is_single_tenant_and_loopback_only() -> None:
