@@ -164,6 +164,17 @@ def test_secrets_are_only_referenced() -> None:
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     assert config["milvus"]["token"] == {"env_var": "MILVUS_TOKEN"}
     assert config["serve"]["auth"]["api_keys"] == {"file": "/etc/ragc/secrets/api-keys.json"}
+    # mounted as a folder: the kubelet refreshes it when the Secret changes (a subPath mount it never refreshes),
+    # and each ingress replica reads the keys again (serve.auth.reload_s), so a rotated key needs no restart
+    mounts = [
+        m
+        for d in docs
+        if d["kind"] == "RayService"
+        for c in d["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
+        for m in c.get("volumeMounts", [])
+        if m["mountPath"] == "/etc/ragc/secrets"
+    ]
+    assert mounts and all("subPath" not in m for m in mounts)
 
 
 @pytest.mark.parametrize(
