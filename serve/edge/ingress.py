@@ -8,8 +8,8 @@ import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import Any, TypeVar
 
 from cachetools import TTLCache
 from fastapi import FastAPI, Query, Request
@@ -37,6 +37,7 @@ from serve.types import DocumentList, QueryRequest, QueryResponse
 from serve.usage import send_request_log_to_stderr
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READY_RECHECK_S = 2.0
 STARTED = int(time.time())  # `created` of the models /v1/models lists
@@ -272,14 +273,11 @@ class Ingress:
         after = cursor_of(cursor)
         filter_expr = await self._admit_filters(filters)
         lease = await self._limiter.admit(caller.tenant)
-        deadline = self._scfg.request_timeout_s
         try:
             listing = self._pipeline.documents(
                 caller.tenant, filter_expr, after, size, caller.groups, request_id or uuid.uuid4().hex
             )
-            return await asyncio.wait_for(listing, deadline)
-        except TimeoutError as exc:
-            raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
+            return await self._within_deadline(listing)
         finally:
             await lease.release()
 
@@ -333,11 +331,14 @@ class Ingress:
     async def _run_with_deadline(
         self, parsed: QueryRequest, caller: Caller, filter_expr: str, request_id: str, emit: Any = None
     ) -> QueryResponse:
+        return await self._within_deadline(
+            self._pipeline.run(parsed, caller.tenant, filter_expr, request_id, emit, groups=caller.groups)
+        )
+
+    async def _within_deadline(self, work: Awaitable[T]) -> T:
         deadline = self._scfg.request_timeout_s
         try:
-            return await asyncio.wait_for(
-                self._pipeline.run(parsed, caller.tenant, filter_expr, request_id, emit, groups=caller.groups), deadline
-            )
+            return await asyncio.wait_for(work, deadline)
         except TimeoutError as exc:
             raise DeadlineError(f"request deadline of {deadline:g}s passed") from exc
 
@@ -463,7 +464,7 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
             self,
             request: Request,
             # text, so that a bad value is this API's 400 (with its reason) and not FastAPI's 422
-            limit: str | None = Query(None, description="documents per page: 1 to max_documents_page (100)"),
+            limit: str | None = Query(None, description="documents per page (default 100, at most max_documents_page)"),
             cursor: str | None = Query(None, description="a previous page's next_cursor"),
             filters: str | None = Query(None, description='the JSON object /v1/query takes: {"tags": "security"}'),
         ) -> Response:
