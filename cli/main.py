@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pymilvus import MilvusException
 
 from cluster.config import RESPONSE_MODES, RagcConfig, load_config
 from cluster.models import sleep_at_barriers
 
-EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
 def emit(payload: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], str]) -> None:
@@ -523,6 +524,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"ragc {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except MilvusException as exc:
+        from cluster.store.client import connection_failed, milvus_uri
+
+        if not connection_failed(exc):
+            raise
+        print(
+            f"ragc {args.command}: Milvus at {milvus_uri(cfg)} is unreachable ({exc.message}); `ragc up` starts "
+            "the local one, and milvus.uri (RAGC_MILVUS__URI) names another",
+            file=sys.stderr,
+        )
+        return EXIT_UNREACHABLE
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import EXIT_USAGE, main
+from cli.main import EXIT_UNREACHABLE, EXIT_USAGE, main
 
 
 @pytest.fixture
@@ -83,3 +83,22 @@ def test_in_process_batch_commands_set_the_openmp_wait_policy_before_torch_loads
         [sys.executable, "-c", probe, json.dumps(args)], env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [policy, False]
+
+
+@pytest.mark.parametrize("argv", [["docs"], ["delete", "--tenant", "acme"]])
+def test_an_unreachable_milvus_is_named_with_what_to_do_not_a_traceback(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("RAGC_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RAGC_MILVUS__URI", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("RAGC_MILVUS__CONNECT_ATTEMPTS", "1")
+    monkeypatch.setenv("RAGC_MILVUS__CONNECT_TIMEOUT_S", "1")
+    assert main(argv) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert f"Milvus at http://127.0.0.1:{port} is unreachable" in err and "`ragc up`" in err
+    assert "Traceback" not in err
