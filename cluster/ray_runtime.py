@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
+from typing import TypeVar
 
 import psutil
 
 from cluster.config import RagcConfig
 
 MB = 1024 * 1024
+T = TypeVar("T")
 LOCAL_START_ATTEMPTS = 3  # the raylet's 30 s registration wait is fixed in Ray; a busy machine may need another try
 # what Ray raises when its raylet never registers, or its GCS never wrote its port within the wait
 START_TIMEOUTS = ("timed out during startup", "Timed out waiting for file")
@@ -33,29 +35,40 @@ def ensure_ray(cfg: RagcConfig) -> None:
         runtime_env = {"env_vars": forwarded} if forwarded else None
         ray.init(address=address, logging_level=logging.WARNING, runtime_env=runtime_env)
         return
+    started_with_retries(
+        lambda: ray.init(
+            address="local",
+            num_cpus=cfg.ray.num_cpus or os.cpu_count(),
+            include_dashboard=False,
+            object_store_memory=cfg.ray.object_store_memory_mb * MB,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            _metrics_export_port=cfg.ray.metrics_export_port,
+        ),
+        "local Ray",
+        after_failure=ray.shutdown,
+    )
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = True
+
+
+def started_with_retries(start: Callable[[], T], what: str, after_failure: Callable[[], object] | None = None) -> T:
+    """`start()` (a local Ray process group: a session, a head or a worker node), tried again when its GCS or
+    raylet does not come up in time. Each failed try's processes are killed; `after_failure` runs after them."""
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
             with ray_processes_reaped_on_failure():
-                ray.init(
-                    address="local",
-                    num_cpus=cfg.ray.num_cpus or os.cpu_count(),
-                    include_dashboard=False,
-                    object_store_memory=cfg.ray.object_store_memory_mb * MB,
-                    logging_level=logging.WARNING,
-                    log_to_driver=False,
-                    _metrics_export_port=cfg.ray.metrics_export_port,
-                )
-            break
+                return start()
         except Exception as exc:  # Ray raises a bare Exception when its raylet or GCS does not come up
             if not any(t in str(exc) for t in START_TIMEOUTS) or attempt == LOCAL_START_ATTEMPTS:
                 raise
             # seen on a busy 2-core machine: the raylet never registered, or the GCS never wrote its port (CI,
-            # 2026-12-02, the first command of the integration tier); a new session starts
-            logging.getLogger(__name__).warning("local Ray did not start (%s); starting a new session", exc)
-            ray.shutdown()
-    import ray.data
-
-    ray.data.DataContext.get_current().enable_progress_bars = True
+            # 2026-12-02, the first command of the integration tier; 2026-12-06, a multinode test's worker)
+            logging.getLogger(__name__).warning("%s did not start (%s); starting it again", what, exc)
+            if after_failure:
+                after_failure()
+    raise AssertionError("unreachable")
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cluster.ray_runtime import LOCAL_START_ATTEMPTS, NODE_LABEL, START_TIMEOUTS, ray_processes_reaped_on_failure
+from cluster.ray_runtime import NODE_LABEL, started_with_retries
 
 if TYPE_CHECKING:
     from ray._private.node import Node
@@ -49,7 +49,7 @@ class LocalNodes:
         args = self.worker_args | {"labels": {NODE_LABEL: name}}
         if self.metrics_export_port:
             args["metrics_export_port"] = worker_metrics_port(self.metrics_export_port, index)
-        self.workers[name] = self.cluster.add_node(**args)
+        self.workers[name] = started_with_retries(lambda: self.cluster.add_node(**args), f"local Ray {name}")
         return name
 
     def kill(self, name: str) -> None:
@@ -102,15 +102,6 @@ def start_local_nodes(
 
 
 def _start_head(head_args: dict[str, Any]) -> Cluster:
-    """A new head, tried again when its GCS or raylet does not come up in time (as `ensure_ray` does)."""
     from ray.cluster_utils import Cluster
 
-    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
-        try:
-            with ray_processes_reaped_on_failure():
-                return Cluster(initialize_head=True, head_node_args=head_args)
-        except Exception as exc:  # Ray raises a bare Exception when its GCS or raylet does not come up
-            if not any(t in str(exc) for t in START_TIMEOUTS) or attempt == LOCAL_START_ATTEMPTS:
-                raise
-            logging.getLogger(__name__).warning("local Ray head did not start (%s); starting a new one", exc)
-    raise AssertionError("unreachable")
+    return started_with_retries(lambda: Cluster(initialize_head=True, head_node_args=head_args), "local Ray head")

@@ -54,12 +54,18 @@ def nodes(ray_session: int) -> Iterator[LocalNodes]:
     import ray
 
     ray.shutdown()
-    local = start_local_nodes(WORKERS, CPUS_PER_WORKER)
-    ray.init(address=local.address, logging_level=logging.WARNING, log_to_driver=False)
-    yield local
-    ray.shutdown()
-    local.shutdown()
-    start_session_ray(ray_session)
+    # the session's Ray comes back however this module ends, its nodes' start included: a worker that once did
+    # not start left the later modules a Ray without the session's metrics port (CI, 2026-12-06)
+    try:
+        local = start_local_nodes(WORKERS, CPUS_PER_WORKER)
+        try:
+            ray.init(address=local.address, logging_level=logging.WARNING, log_to_driver=False)
+            yield local
+        finally:
+            ray.shutdown()
+            local.shutdown()
+    finally:
+        start_session_ray(ray_session)
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
-"""The local multi-node head is started again when Ray timed out starting it, and only then."""
+"""The local multi-node head, and each worker, is started again when Ray timed out starting it, and only then."""
 
 from typing import Any
 
 import pytest
 
-from local.nodes import _start_head
+from local.nodes import NODE_LABEL, LocalNodes, _start_head
 
 GCS_TIMEOUT = "Timed out waiting for file /tmp/ray/session_x/gcs_server_port_abc"  # a fresh-clone CI run, 2026-12-05
 
@@ -20,6 +20,14 @@ class FlakyCluster:
         if self.failures:
             raise self.failures.pop(0)
         self.head_node_args = head_node_args
+        self.added: list[dict[str, Any]] = []
+
+    def add_node(self, **args: Any) -> dict[str, Any]:
+        type(self).starts += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        self.added.append(args)
+        return args
 
 
 @pytest.fixture
@@ -47,3 +55,18 @@ def test_any_other_failure_or_a_third_timeout_is_raised(flaky_cluster: type[Flak
     with pytest.raises(Exception, match="gcs_server_port"):
         _start_head({})
     assert flaky_cluster.starts == 4
+
+
+def test_a_worker_that_timed_out_is_started_again_under_its_name(flaky_cluster: type[FlakyCluster]) -> None:
+    """A worker's raylet that did not register in time (a fresh-clone CI run, 2026-12-06) is started again, as a head
+    is; any other failure is raised at once."""
+    cluster = _start_head({})
+    nodes = LocalNodes(cluster, {"num_cpus": 2}, metrics_export_port=9000)  # type: ignore[arg-type]
+    flaky_cluster.failures = [Exception("The current node timed out during startup.")]
+    assert nodes.add_worker() == "worker-0"
+    assert cluster.added == [{"num_cpus": 2, "labels": {NODE_LABEL: "worker-0"}, "metrics_export_port": 9001}]  # type: ignore[attr-defined]
+    assert flaky_cluster.starts == 3 and list(nodes.workers) == ["worker-0"]
+    flaky_cluster.failures = [ValueError("bad port")]
+    with pytest.raises(ValueError, match="bad port"):
+        nodes.add_worker()
+    assert flaky_cluster.starts == 4 and list(nodes.workers) == ["worker-0"]
