@@ -141,6 +141,30 @@ def cmd_docs(cfg: RagcConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_feedback(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from cli.feedback_text import feedback_text
+    from cluster.redis_conn import redis_url
+    from cluster.tenancy import check_tenant
+    from serve.edge.feedback import feedback_report, read_feedback
+
+    tenant = check_tenant(args.tenant)
+    url = redis_url(cfg)
+    if url is None:
+        raise ValueError(
+            "feedback is kept in Redis, and this configuration has none (redis.enabled, redis.url, "
+            "or the local sidecar `ragc up` starts)"
+        )
+    try:
+        entries = read_feedback(url, cfg.redis.password.resolve(), tenant, args.last)
+    except RedisConnectionError as exc:
+        print(f"ragc feedback: Redis at {url} is unreachable ({exc})", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    emit(feedback_report(tenant, entries, args.rating), args.json, feedback_text)
+    return EXIT_OK
+
+
 def cmd_reindex(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from ingest_jobs.reindex import TenantSource, rollback, run_reindex
 
@@ -343,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--tenant", help="list this tenant's documents (default: every tenant, counted)")
     docs.add_argument("--source", metavar="NAME", help="with --tenant: only this source's documents")
     docs.set_defaults(func=cmd_docs)
+
+    feedback = sub.add_parser(
+        "feedback", parents=[common], help="a tenant's ratings of served answers (POST /v1/feedback), with each answer"
+    )
+    feedback.add_argument("--tenant", required=True)
+    feedback.add_argument("--rating", choices=("up", "down"), help="only the answers rated so")
+    feedback.add_argument("--last", type=int, metavar="N", help="read only the newest N ratings")
+    feedback.set_defaults(func=cmd_feedback)
 
     reindex = sub.add_parser("reindex", parents=[common], help="rebuild into a new collection, then swap the alias")
     reindex.add_argument(

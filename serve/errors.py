@@ -22,6 +22,10 @@ class UnauthorizedError(QueryError):
     status_code = 401
 
 
+class NotFoundError(QueryError):
+    status_code = 404
+
+
 class UnavailableError(QueryError):
     status_code = 503
 

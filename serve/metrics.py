@@ -19,6 +19,7 @@ STAGE_TAGS: Any = ("stage", "status")
 CHECK_TAGS: Any = ("outcome", "attempts")
 BREAKER_TAGS: Any = ("stage", "event")
 USAGE_TAGS: Any = ("tenant", "model")
+FEEDBACK_TAGS: Any = ("tenant", "rating")
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -39,6 +40,8 @@ class QueryMetrics:
     tenant_requests: Counter
     tenant_tokens: Counter
     tenant_outcomes: Counter
+    feedback: Counter
+    feedback_receipts: Counter
 
 
 @cache
@@ -92,6 +95,12 @@ def query_metrics() -> QueryMetrics:
             "Answered queries per tenant and model that were a cache hit, an abstention or a fallback answer",
             tag_keys=(*USAGE_TAGS, "outcome"),
         ),
+        feedback=Counter("ragc_feedback", "Ratings of served answers per tenant (up, down)", tag_keys=FEEDBACK_TAGS),
+        feedback_receipts=Counter(
+            "ragc_feedback_receipts",
+            "Answers whose receipt was not kept (Redis failed): they cannot be rated",
+            tag_keys=("outcome",),
+        ),
     )
 
 
@@ -132,3 +141,11 @@ def count_usage(tenant: str, model: str, tokens: dict[str, int], outcomes: list[
 
 def count_breaker(stage: str, event: str) -> None:
     query_metrics().breakers.inc(tags={"stage": stage, "event": event})
+
+
+def count_feedback(tenant: str, rating: str) -> None:
+    query_metrics().feedback.inc(tags={"tenant": tenant, "rating": rating})
+
+
+def count_feedback_receipt(outcome: str) -> None:
+    query_metrics().feedback_receipts.inc(tags={"outcome": outcome})

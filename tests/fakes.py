@@ -283,3 +283,31 @@ class ScriptedGenerator:
 def fake_stages(fake: FakeStages) -> Stages:
     """One fake playing every role (it records the calls across them)."""
     return Stages(fake, fake, fake, fake)
+
+
+class MemoryFeedbackStore:
+    """serve.edge.feedback's FeedbackStore in a dict: receipts expire on the given clock, as Redis's keys do;
+    `down` makes every call fail as an unreachable Redis would."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.receipts: dict[tuple[str, str], tuple[Any, float]] = {}
+        self.entries: list[Any] = []
+        self.down = False
+
+    def _reachable(self) -> None:
+        if self.down:
+            raise ConnectionError("Redis is down")
+
+    async def keep(self, receipt: Any, ttl_s: int) -> None:
+        self._reachable()
+        self.receipts[(receipt.tenant, receipt.request_id)] = (receipt, self.clock() + ttl_s)
+
+    async def receipt(self, tenant: str, request_id: str) -> Any:
+        self._reachable()
+        kept = self.receipts.get((tenant, request_id))
+        return kept[0] if kept and kept[1] > self.clock() else None
+
+    async def add(self, entry: Any, max_entries: int) -> None:
+        self._reachable()
+        self.entries = [*self.entries, entry][-max_entries:]

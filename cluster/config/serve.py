@@ -479,6 +479,28 @@ class RequestLogConfig(Section):
     )
 
 
+class FeedbackConfig(Section):
+    """`POST /v1/feedback`: rating a served answer by its request id (needs Redis; `ragc feedback` reads it)."""
+
+    enabled: bool = True
+    window_s: int = Field(
+        default=3600,
+        gt=0,
+        description="how long an answer takes feedback: its receipt (question, answer, cited documents; about "
+        "1-3 KB) stays in Redis that long",
+    )
+    keep_text: bool = Field(
+        default=True, description="the receipt keeps the question and answer text (off: only ids and outcomes)"
+    )
+    max_comment_chars: int = Field(default=2000, ge=0)
+    max_entries_per_tenant: int = Field(
+        default=100_000, gt=0, description="the tenant's feedback stream keeps about this many, the newest"
+    )
+    redis_timeout_s: float = Field(
+        default=0.2, gt=0, description="a receipt not written in this time is skipped (the answer is not delayed)"
+    )
+
+
 class CacheConfig(Section):
     enabled: bool = True
     l1_max_entries: int = Field(default=2048, ge=0, description="per-replica in-memory responses")
@@ -553,6 +575,7 @@ class ServeConfig(Section):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     request_log: RequestLogConfig = Field(default_factory=RequestLogConfig)
+    feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
     faults: StageFaults = Field(default_factory=StageFaults)
 

@@ -5,7 +5,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
@@ -25,11 +24,12 @@ from serve.answerability import load_answerability
 from serve.cache import open_response_cache
 from serve.edge import openai_compat
 from serve.edge.auth import Authenticator, Caller
+from serve.edge.feedback import Feedback, FeedbackRecorded, FeedbackRequest, RedisFeedbackStore
 from serve.edge.filters import compile_filters
 from serve.edge.limits import Lease, RedisLimitStore, TenantLimiter
 from serve.edge.listing import cursor_of, filters_param, page_size
 from serve.edge.mcp_tools import MCP_PATH, McpMount, serving
-from serve.edge.text_rules import check_encodable, json_object
+from serve.edge.text_rules import REQUEST_ID_PATTERN, check_encodable, json_object
 from serve.errors import BadRequestError, DeadlineError, NotReadyError, QueryError, RetryLaterError
 from serve.pipeline import QueryPipeline
 from serve.roles import Stages
@@ -38,7 +38,6 @@ from serve.usage import send_request_log_to_stderr
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READY_RECHECK_S = 2.0
 STARTED = int(time.time())  # `created` of the models /v1/models lists
 
@@ -85,6 +84,17 @@ QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
 DOCUMENTS_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: QUERY_RESPONSES[status] for status in (400, 401, 429, 503, 504)
 }
+FEEDBACK_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **{status: QUERY_RESPONSES[status] for status in (400, 401, 413, 415, 429)},
+    404: {"model": ErrorBody, "description": "no such answer for this key's tenant in the window, or feedback off"},
+    503: {"model": ErrorBody, "description": "the feedback store (Redis) is unavailable: retry"},
+}
+FEEDBACK_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FeedbackRequest"}}},
+    },
+}
 
 
 def retry_headers(exc: Exception) -> dict[str, str] | None:
@@ -119,7 +129,7 @@ def chat_error(
 
 def _request_id(request: Request) -> str:
     header_id = request.headers.get("x-request-id", "")
-    return header_id if REQUEST_ID.match(header_id) else uuid.uuid4().hex
+    return header_id if REQUEST_ID_PATTERN.match(header_id) else uuid.uuid4().hex
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -143,6 +153,7 @@ class Ingress:
         if self._scfg.request_log.enabled:
             send_request_log_to_stderr()
         self._limiter = self._make_limiter(password)
+        self._feedback = self._make_feedback(password)
         self._readiness = readiness
         self._llm_state = llm_state
         self._ready = False  # once ready, always ready: a replica that cannot serve fails its health check
@@ -157,6 +168,11 @@ class Ingress:
             shared = RedisLimitStore(url, password, limits.limiter_redis_timeout_s)
             limiter = TenantLimiter(limits, lease_ttl_s, shared=shared)
         return limiter
+
+    def _make_feedback(self, password: str | None) -> Feedback:
+        fcfg, url = self._scfg.feedback, redis_url(self._cfg)
+        store = RedisFeedbackStore(url, password, fcfg.redis_timeout_s) if fcfg.enabled and url else None
+        return Feedback(fcfg, store)
 
     async def ready(self) -> tuple[bool, str | None]:
         if self._ready:
@@ -294,6 +310,25 @@ class Ingress:
         metrics.count_request(200)
         return JSONResponse(listed.model_dump(mode="json"), headers={"X-Request-ID": request_id})
 
+    async def handle_feedback(self, request: Request) -> Response:
+        request_id = _request_id(request)
+        lease: Lease | None = None
+        try:
+            caller = self._caller(request)
+            body = await self.read_json(request)
+            lease = await self._limiter.admit(caller.tenant)
+            entry = await self._feedback.rate(caller.tenant, body)
+        except _HTTPError as exc:
+            return error_response(exc.status, exc.message, request_id)
+        except QueryError as exc:
+            return error_response(exc.status_code, exc.message, request_id, retry_headers(exc))
+        finally:
+            if lease is not None:
+                await lease.release()
+        metrics.count_request(200)
+        recorded = FeedbackRecorded(request_id=entry.request_id, rating=entry.rating)
+        return JSONResponse(recorded.model_dump(), headers={"X-Request-ID": request_id})
+
     async def _admit(self, parsed: QueryRequest) -> str:
         return await self._admit_filters(parsed.filters)
 
@@ -331,9 +366,11 @@ class Ingress:
     async def _run_with_deadline(
         self, parsed: QueryRequest, caller: Caller, filter_expr: str, request_id: str, emit: Any = None
     ) -> QueryResponse:
-        return await self._within_deadline(
+        result = await self._within_deadline(
             self._pipeline.run(parsed, caller.tenant, filter_expr, request_id, emit, groups=caller.groups)
         )
+        await self._feedback.remember(result, parsed.query)
+        return result
 
     async def _within_deadline(self, work: Awaitable[T]) -> T:
         deadline = self._scfg.request_timeout_s
@@ -473,6 +510,17 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
             del limit, cursor, filters  # declared for the OpenAPI schema; read (and checked) from the request
             return await self.handle_documents(request)
 
+        @api.post(
+            "/v1/feedback",
+            response_model=FeedbackRecorded,
+            responses=FEEDBACK_RESPONSES,
+            openapi_extra=FEEDBACK_OPENAPI,
+        )
+        async def feedback(self, request: Request) -> Response:
+            """Rate a served answer up or down, with a comment, by its `request_id` (within
+            `serve.feedback.window_s` of the answer, and only one served to this key's tenant)."""
+            return await self.handle_feedback(request)
+
         @api.get("/v1/models", tags=["openai"])
         async def list_models(self) -> dict[str, Any]:
             """OpenAI-compatible: `ragc` (the default response mode) and `ragc-<mode>` per allowed mode."""
@@ -496,7 +544,7 @@ def make_ingress_app() -> tuple[FastAPI, type[Ingress]]:
 
         schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (QueryRequest, openai_compat.ChatRequest):
+        for model in (QueryRequest, openai_compat.ChatRequest, FeedbackRequest):
             body = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(body.pop("$defs", {}))
             components[model.__name__] = body

@@ -5,9 +5,12 @@ cache, or sending it to Redis, Milvus or the model, would fail deep inside a sta
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from serve.errors import BadRequestError
+
+REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # an `X-Request-ID` this API keeps
 
 
 def check_encodable(text: str, what: str) -> None:
