@@ -285,6 +285,51 @@ def test_a_key_added_then_revoked_in_the_keys_file_takes_effect_without_a_restar
         keys.write_text(before)
 
 
+def rate(service: dict[str, Any], body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(f"{service['base']}/v1/feedback", json=body, headers=headers, timeout=30)
+
+
+def test_answers_are_rated_by_their_own_tenant_and_read_back_with_what_was_served(
+    service: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSON answer, a streamed one and an OpenAI completion each leave a receipt in Redis; each key rates only
+    its tenant's; `ragc feedback` reads every rating back with the question, answer and cited documents."""
+    from cli.main import main
+
+    answer = ask(service, {"query": "How does the reindex job avoid downtime?"}).json()
+    streamed = post_stream(
+        f"{service['base']}/v1/query", {"query": "What do the beta team's notes say about caching?"}, BETA, 60
+    ).events[-1][1]
+    completion = openai_client(service, "key-beta").chat.completions.create(
+        model="ragc", messages=[{"role": "user", "content": "What does the beta team keep notes about?"}]
+    )
+    comment = "right document, but it misses the alias swap"
+    down = rate(service, {"request_id": answer["request_id"], "rating": "down", "comment": comment}, ALPHA)
+    assert down.status_code == 200 and down.json()["rating"] == "down", down.text
+    foreign = rate(service, {"request_id": answer["request_id"], "rating": "up"}, BETA)
+    assert foreign.status_code == 404 and "served to this key's tenant" in foreign.json()["error"]
+    assert rate(service, {"request_id": streamed["request_id"], "rating": "up"}, BETA).status_code == 200
+    assert rate(service, {"request_id": completion.id, "rating": "down"}, BETA).status_code == 200
+    assert rate(service, {"request_id": completion.id, "rating": "up"}, BETA).status_code == 200  # changed mind
+    bad = rate(service, {"request_id": answer["request_id"], "rating": 5}, ALPHA)
+    assert bad.status_code == 400 and "rating" in bad.json()["error"]
+    assert rate(service, {"request_id": answer["request_id"], "rating": "up"}, {}).status_code == 401
+
+    monkeypatch.setenv("RAGC_REDIS__URL", service["cfg"].redis.url)
+    assert main(["feedback", "--tenant", "alpha", "--json"]) == 0
+    alpha = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    [rated] = [e for e in alpha["feedback"] if e["request_id"] == answer["request_id"]]
+    receipt = rated["receipt"]
+    assert (rated["rating"], rated["comment"], receipt["tenant"]) == ("down", comment, "alpha")
+    assert (receipt["question"], receipt["answer"]) == ("How does the reindex job avoid downtime?", answer["answer"])
+    assert [c["doc_id"] for c in receipt["cited"]] == [c["doc_id"] for c in answer["citations"]]
+    assert main(["feedback", "--tenant", "beta", "--json"]) == 0
+    beta = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ratings = {e["request_id"]: e["rating"] for e in beta["feedback"]}
+    assert ratings == {streamed["request_id"]: "up", completion.id.removeprefix("chatcmpl-"): "up"}
+    assert beta["revised"] == 1 and all(e["receipt"]["tenant"] == "beta" for e in beta["feedback"])
+
+
 def test_each_milvus_arm_filters_by_tenant_before_any_post_check(service: dict[str, Any]) -> None:
     """The tenant clause is in both searches themselves: the pipeline's own post-filter would mask a leak."""
     from serve.stages.retrieve import ARMS, HybridRetriever

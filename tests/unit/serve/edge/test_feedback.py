@@ -154,7 +154,9 @@ def test_no_key_wrong_content_type_and_a_down_store(monkeypatch: pytest.MonkeyPa
     ("feedback", "store", "why"),
     [({"enabled": False}, True, "serve.feedback.enabled is false"), ({}, False, "runs without Redis")],
 )
-def test_feedback_off_says_why(monkeypatch: pytest.MonkeyPatch, feedback: dict[str, Any], store: bool, why: str) -> None:
+def test_feedback_off_says_why(
+    monkeypatch: pytest.MonkeyPatch, feedback: dict[str, Any], store: bool, why: str
+) -> None:
     rig = Rig(monkeypatch, **feedback)
     rig.ingress._feedback = Feedback(FeedbackConfig.model_validate(feedback), rig.store if store else None)
     answer = rig.ask()
