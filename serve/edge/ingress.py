@@ -310,23 +310,26 @@ class Ingress:
         metrics.count_request(200)
         return JSONResponse(listed.model_dump(mode="json"), headers={"X-Request-ID": request_id})
 
+    async def rate_answer(self, headers: Mapping[str, str], body: dict[str, Any]) -> FeedbackRecorded:
+        """A rating of one of the key's tenant's answers, under its limits; the MCP tool `rate_answer` too."""
+        caller = self.caller_of(headers)
+        lease = await self._limiter.admit(caller.tenant)
+        try:
+            entry = await self._feedback.rate(caller.tenant, body)
+        finally:
+            await lease.release()
+        return FeedbackRecorded(request_id=entry.request_id, rating=entry.rating)
+
     async def handle_feedback(self, request: Request) -> Response:
         request_id = _request_id(request)
-        lease: Lease | None = None
         try:
-            caller = self._caller(request)
-            body = await self.read_json(request)
-            lease = await self._limiter.admit(caller.tenant)
-            entry = await self._feedback.rate(caller.tenant, body)
+            self._caller(request)  # a missing key is a 401 before the body is read
+            recorded = await self.rate_answer(request.headers, await self.read_json(request))
         except _HTTPError as exc:
             return error_response(exc.status, exc.message, request_id)
         except QueryError as exc:
             return error_response(exc.status_code, exc.message, request_id, retry_headers(exc))
-        finally:
-            if lease is not None:
-                await lease.release()
         metrics.count_request(200)
-        recorded = FeedbackRecorded(request_id=entry.request_id, rating=entry.rating)
         return JSONResponse(recorded.model_dump(), headers={"X-Request-ID": request_id})
 
     async def _admit(self, parsed: QueryRequest) -> str:

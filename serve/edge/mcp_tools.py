@@ -1,6 +1,6 @@
 """MCP server (the `mcp` package, streamable HTTP) mounted on the ingress at `/mcp`: tools `search` (passages
-with citation numbers), `ask` (a cited answer) and `list_documents` (what the key may read) over the same
-pipeline, keys, tenants, filters and limits as `/v1/query`.
+with citation numbers), `ask` (a cited answer), `list_documents` (what the key may read) and `rate_answer`
+(feedback on an answer) over the same pipeline, keys, tenants, filters and limits as `/v1/query`.
 
 The API key is checked before the MCP protocol sees the request (401 with the reason, as on every other
 route), and each tool call takes its tenant from the same headers. Stateless and JSON responses: any ingress
@@ -20,6 +20,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from serve.edge.feedback import FeedbackRecorded
 from serve.errors import QueryError
 from serve.types import DocumentList, QueryRequest, QueryResponse
 
@@ -36,6 +37,8 @@ class QueryFront(Protocol):
     async def list_documents(
         self, headers: Mapping[str, str], filters: dict[str, Any], cursor: str | None, limit: Any
     ) -> DocumentList: ...
+
+    async def rate_answer(self, headers: Mapping[str, str], body: dict[str, Any]) -> FeedbackRecorded: ...
 
 
 _REPLICA: dict[str, QueryFront] = {}  # the ingress of this Serve replica (one per replica process)
@@ -101,6 +104,18 @@ def build_mcp(front: Callable[[], QueryFront] = this_replica) -> MCPServer:
         except QueryError as exc:
             raise ToolError(f"{exc.status_code}: {exc.message}") from exc
         return listed.model_dump(mode="json")
+
+    @server.tool(
+        description="Rate an answer of `ask` (its request_id) up or down, with an optional comment saying what was "
+        "wrong or right: the service's operators read these ratings."
+    )
+    async def rate_answer(request_id: str, rating: str, ctx: Context, comment: str = "") -> dict[str, Any]:
+        body = {"request_id": request_id, "rating": rating, "comment": comment}
+        try:
+            recorded = await front().rate_answer(ctx.headers or {}, body)
+        except QueryError as exc:
+            raise ToolError(f"{exc.status_code}: {exc.message}") from exc
+        return recorded.model_dump()
 
     return server
 

@@ -710,14 +710,15 @@ def test_openai_errors_come_in_openais_shape(service: dict[str, Any]) -> None:
     assert not {c["doc_id"] for c in out.model_extra["ragc"]["citations"]} & alpha_doc_ids()
 
 
-def test_the_mcp_client_lists_and_calls_search_ask_and_list_documents(service: dict[str, Any]) -> None:
+def test_the_mcp_client_lists_and_calls_search_ask_list_documents_and_rate_answer(service: dict[str, Any]) -> None:
     import asyncio
 
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async def session(headers: dict[str, str]) -> tuple[set[str], Any, Any, Any]:
+    async def session(headers: dict[str, str], rate: str | None = None) -> tuple[set[str], Any, Any, Any, Any]:
+        """The tools, and a call of each; `rate_answer` rates `rate`, else the answer `ask` gave."""
         url = f"{service['base']}/mcp"
         async with (
             httpx2.AsyncClient(headers=headers, timeout=60) as http,
@@ -727,10 +728,17 @@ def test_the_mcp_client_lists_and_calls_search_ask_and_list_documents(service: d
             search = await client.call_tool("search", {"query": "How are tenants kept apart?", "top_k": 3})
             answer = await client.call_tool("ask", {"question": "What happens when a document is edited?"})
             listed = await client.call_tool("list_documents", {"limit": 100})
-            return tools, search, answer, listed
+            rated_id = rate or answer.structured_content["request_id"]
+            rated = await client.call_tool("rate_answer", {"request_id": rated_id, "rating": "up", "comment": "ok"})
+            return tools, search, answer, listed, rated
 
-    tools, search, answer, listed = asyncio.run(session(ALPHA))
-    assert tools == {"search", "ask", "list_documents"} and not search.is_error and not answer.is_error
+    tools, search, answer, listed, rated = asyncio.run(session(ALPHA))
+    assert tools == {"search", "ask", "list_documents", "rate_answer"} and not search.is_error and not answer.is_error
+    assert rated.structured_content == {
+        "request_id": answer.structured_content["request_id"],
+        "rating": "up",
+        "recorded": True,
+    }
     assert {d["doc_id"] for d in listed.structured_content["documents"]} <= alpha_doc_ids()
     assert "security/tenant-isolation.md" in {d["doc_id"] for d in listed.structured_content["documents"]}
     found = search.structured_content
@@ -742,7 +750,8 @@ def test_the_mcp_client_lists_and_calls_search_ask_and_list_documents(service: d
     assert all(f"[{c['n']}]" in out["answer"] for c in out["citations"])
     assert {c["doc_id"] for c in out["citations"]} <= alpha_doc_ids()
     # beta's key: beta's tenant, never alpha's documents
-    _, beta_search, _, beta_listed = asyncio.run(session(BETA))
+    _, beta_search, _, beta_listed, beta_rated = asyncio.run(session(BETA, answer.structured_content["request_id"]))
+    assert beta_rated.is_error and "404: no answer with request_id" in beta_rated.content[0].text
     assert {d["doc_id"] for d in beta_listed.structured_content["documents"]} == {"beta-secret.txt", "beta-notes.md"}
     assert beta_search.structured_content["tenant"] == "beta"
     assert not {p["doc_id"] for p in beta_search.structured_content["passages"]} & alpha_doc_ids()

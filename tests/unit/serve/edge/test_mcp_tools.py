@@ -10,8 +10,9 @@ from typing import Any
 from mcp import Client
 from starlette.testclient import TestClient
 
+from serve.edge.feedback import FeedbackRecorded
 from serve.edge.mcp_tools import MCP_PATH, build_mcp, mcp_app
-from serve.errors import BadRequestError, UnauthorizedError
+from serve.errors import BadRequestError, NotFoundError, UnauthorizedError
 from serve.types import DocumentList, DocumentOut, QueryRequest, QueryResponse
 
 
@@ -21,6 +22,7 @@ class FakeFront:
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
         self.listings: list[tuple[dict[str, Any], str | None, Any]] = []
+        self.ratings: list[dict[str, Any]] = []
 
     def tenant_of(self, headers: Mapping[str, str]) -> str:
         if headers.get("authorization") != "Bearer k":
@@ -71,6 +73,12 @@ class FakeFront:
         doc = DocumentOut(doc_id="d", title="t", source="s", doc_type="md", year=None, tags=["ops"])
         return DocumentList(tenant=tenant, documents=[doc], next_cursor="c" * 32)
 
+    async def rate_answer(self, headers: Mapping[str, str], body: dict[str, Any]) -> FeedbackRecorded:
+        if body["request_id"] != "r1":
+            raise NotFoundError(f"no answer with request_id {body['request_id']!r} was served to this key's tenant")
+        self.ratings.append(body)
+        return FeedbackRecorded(request_id=body["request_id"], rating=body["rating"])
+
 
 def call(tool: str, arguments: dict[str, Any], answer: FakeFront) -> Any:
     async def go() -> tuple[set[str], Any]:
@@ -79,7 +87,7 @@ def call(tool: str, arguments: dict[str, Any], answer: FakeFront) -> Any:
             return {t.name for t in listed.tools}, await client.call_tool(tool, arguments)
 
     names, result = asyncio.run(go())
-    assert names == {"search", "ask", "list_documents"}
+    assert names == {"search", "ask", "list_documents", "rate_answer"}
     return result
 
 
@@ -136,6 +144,15 @@ def test_list_documents_pages_with_the_filters_given_and_refuses_a_bad_page() ->
     assert out["documents"][0]["doc_id"] == "d" and out["next_cursor"] == "c" * 32 and out["tenant"] == "alpha"
     refused = list_documents({"limit": 0})
     assert refused.is_error and "400: limit must be between 1 and 1000" in refused.content[0].text
+
+
+def test_rate_answer_rates_the_request_id_ask_gave_and_refuses_an_unknown_one() -> None:
+    front = FakeFront()
+    rated = call("rate_answer", {"request_id": "r1", "rating": "down", "comment": "wrong page"}, front)
+    assert rated.structured_content == {"request_id": "r1", "rating": "down", "recorded": True}
+    assert front.ratings == [{"request_id": "r1", "rating": "down", "comment": "wrong page"}]
+    unknown = call("rate_answer", {"request_id": "r9", "rating": "up"}, front)
+    assert unknown.is_error and "404: no answer with request_id 'r9'" in unknown.content[0].text
 
 
 def test_the_key_is_checked_before_the_protocol() -> None:
