@@ -73,15 +73,44 @@ def answer_budget_line(budget: dict[str, Any] | None) -> str:
     )
 
 
+def _index_status(cfg: RagcConfig) -> dict[str, Any]:
+    from cluster.store.client import connection_failed
+    from ingest_jobs.inventory import index_overview
+
+    try:
+        return index_overview(cfg)
+    except MilvusException as exc:  # status reports what it finds; it does not fail on it
+        if not connection_failed(exc):
+            raise
+        return {"unreachable": exc.message}
+
+
+def index_line(index: dict[str, Any] | None) -> str:
+    if index is None:
+        return "index: milvus is not running"
+    if "unreachable" in index:
+        return f"index: milvus unreachable ({index['unreachable']})"
+    if index["collection"] is None:
+        return f"index: empty (nothing ingested into {index['alias']!r} yet: `ragc ingest PATH --tenant T`)"
+    line = (
+        f"index: {index['collection']} serving {index['alias']!r}, version {index['index_version']}: "
+        f"{index['documents']} documents, {index['chunks']} chunks"
+    )
+    if index["missing_fields"]:
+        line += f"; built before {', '.join(index['missing_fields'])} were stored: `ragc reindex` adds them"
+    return line
+
+
 def cmd_status(cfg: RagcConfig, args: argparse.Namespace) -> int:
     from local import cluster as local
 
     info = local.status(cfg)
+    info["index"] = _index_status(cfg) if info["processes"]["milvus"]["running"] or cfg.milvus.uri else None
 
     def human(s: dict[str, Any]) -> str:
         procs = "  ".join(f"{n}={'up' if p['running'] else 'down'}" for n, p in s["processes"].items())
         lines = [procs, f"http {s['http']}", f"milvus {s['milvus']}", f"redis {s['redis'] or s['redis_note'] or 'off'}"]
-        return "\n".join([*lines, answer_budget_line(s["answer_budget"])])
+        return "\n".join([*lines, index_line(s["index"]), answer_budget_line(s["answer_budget"])])
 
     emit(info, args.json, human)
     return EXIT_OK if info["running"] else EXIT_PARTIAL

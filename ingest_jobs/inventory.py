@@ -171,6 +171,34 @@ def index_inventory(cfg: RagcConfig) -> IndexInventory:
         client.close()
 
 
+def index_overview(cfg: RagcConfig) -> dict[str, Any]:
+    """What `ragc status` says of the index, in count queries only (no row is read): the serving generation, its
+    version, every tenant's documents and chunks together, and the declared fields it lacks. `collection` is
+    None before anything was ingested."""
+    client = connect(cfg)
+    try:
+        collections = Collections(client, cfg)
+        physical = collections.resolve()
+        if physical is None:
+            return {"collection": None, "alias": collections.alias}
+        collections.load(physical)
+        return {
+            "collection": physical,
+            "alias": collections.alias,
+            "index_version": collections.index_version(),
+            "documents": _count(client, ledger_name(physical)),
+            "chunks": _count(client, physical),
+            "missing_fields": _missing(declared_fields(client, physical)),
+        }
+    finally:
+        client.close()
+
+
+def _count(client: MilvusClient, collection: str) -> int:
+    rows = client.query(collection, filter="", output_fields=["count(*)"])
+    return int(rows[0]["count(*)"]) if rows else 0
+
+
 def _active(collections: Collections) -> str:
     physical = collections.resolve()
     if physical is None:

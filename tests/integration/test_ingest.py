@@ -531,6 +531,19 @@ def test_the_inventory_lists_each_source_s_documents_as_the_index_holds_them(cfg
     assert [d["doc_id"] for d in listed["documents"]] == ["README.md", "faq.md", "pay.md"], listed
     assert "mvccTs" not in shown.stderr, shown.stderr
 
+    status = subprocess.run(
+        [sys.executable, "-m", "cli.main", "status", "--json"],
+        capture_output=True,
+        text=True,
+        env=cli_env(cfg, tmp_path / "state"),
+        timeout=120,
+        check=False,  # exit 1: this test started no local app
+    )
+    index = json.loads(status.stdout.strip().splitlines()[-1])["index"]
+    assert (index["collection"], index["alias"]) == (Collections(connect(cfg), cfg).resolve(), cfg.milvus.collection)
+    assert (index["documents"], index["missing_fields"]) == (8 + 3, []), index
+    assert index["chunks"] == len(rows_of(cfg, "acme")) + len(rows_of(cfg, "beta")), index
+
 
 def test_deleting_a_source_then_the_tenant_leaves_nothing_of_theirs_in_any_generation(
     cfg: RagcConfig, tmp_path: Path
@@ -701,9 +714,10 @@ def test_a_collection_from_before_the_declared_fields_keeps_working_and_a_reinde
     first = run_sync(cfg, corpus, "acme")
     monkeypatch.undo()
     assert not set(ChunkFields.DECLARED) & stored_fields(connect(cfg), cfg.milvus.collection)
-    from ingest_jobs.inventory import tenant_inventory
+    from ingest_jobs.inventory import index_overview, tenant_inventory
 
     assert tenant_inventory(cfg, "acme").missing_fields == ["author", "tags", "access"], "`ragc docs` says so"
+    assert index_overview(cfg)["missing_fields"] == ["author", "tags", "access"], "and `ragc status`"
     assert [(f.doc_id, f.reason) for f in first.failures] == [("payroll.md", RESTRICTED_IN_AN_OLD_INDEX)]
     tagged = compile_filters({"tags": "caching"}, cfg.serve.filters, cfg.serve.limits)
     question = "How are responses cached?"

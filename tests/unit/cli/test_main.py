@@ -102,3 +102,33 @@ def test_an_unreachable_milvus_is_named_with_what_to_do_not_a_traceback(
     err = capsys.readouterr().err
     assert f"Milvus at http://127.0.0.1:{port} is unreachable" in err and "`ragc up`" in err
     assert "Traceback" not in err
+
+
+def test_status_says_what_it_finds_of_the_index_and_fails_on_none_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ragc status` with Milvus configured but unreachable: the index line says so, the JSON has the reason."""
+    import socket
+
+    from cli.main import index_line
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("RAGC_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RAGC_MILVUS__URI", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("RAGC_MILVUS__CONNECT_ATTEMPTS", "1")
+    monkeypatch.setenv("RAGC_MILVUS__CONNECT_TIMEOUT_S", "1")
+    main(["status", "--json"])
+    assert "unreachable" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["index"]
+
+    served = {"collection": "ragc_g2", "alias": "ragc", "index_version": 7, "documents": 33, "chunks": 75}
+    assert (
+        index_line(served | {"missing_fields": []})
+        == "index: ragc_g2 serving 'ragc', version 7: 33 documents, 75 chunks"
+    )
+    assert index_line(served | {"missing_fields": ["author", "access"]}).endswith(
+        "75 chunks; built before author, access were stored: `ragc reindex` adds them"
+    )
+    assert index_line({"collection": None, "alias": "ragc"}).startswith("index: empty (nothing ingested into 'ragc'")
+    assert index_line(None) == "index: milvus is not running"
