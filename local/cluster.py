@@ -37,7 +37,9 @@ def up_sidecars(cfg: RagcConfig) -> dict[str, Any]:
             state_dir / "milvus", cfg.local.host, cfg.local.milvus_port, logs, cfg.local.start_timeout_s
         )
     if cfg.redis.enabled and cfg.redis.url is None and not process_alive(state.get("redis")):
-        state["redis"] = start_redis(cfg.local.host, cfg.local.redis_port, logs, cfg.local.start_timeout_s)
+        state["redis"] = start_redis(
+            cfg.local.host, cfg.local.redis_port, logs, cfg.local.start_timeout_s, state_dir / "redis"
+        )
         if state["redis"] is None:
             state["redis_note"] = "redis-server not installed: the shared cache layer (L2/L3) is off"
     write_state(state_dir, state)

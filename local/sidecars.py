@@ -142,8 +142,14 @@ def start_milvus(data_dir: Path, host: str, port: int, log_dir: Path, timeout_s:
     return record | {"port": port, "uri": f"http://{host}:{port}"}
 
 
-def start_redis(host: str, port: int, log_dir: Path, timeout_s: float) -> dict[str, Any] | None:
-    """None when redis-server is not installed: the shared cache layer is then off."""
+def start_redis(
+    host: str, port: int, log_dir: Path, timeout_s: float, data_dir: Path | None = None
+) -> dict[str, Any] | None:
+    """None when redis-server is not installed: the shared cache layer is then off.
+
+    When it is full only keys with a TTL are evicted (every cache entry, answer receipts); the feedback streams
+    have none, so a full cache never takes the ratings. With `data_dir` they are also saved there when it stops
+    (`ragc down`) and every few minutes, and read back when it starts; without it nothing is kept."""
     binary = shutil.which("redis-server")
     if binary is None:
         return None
@@ -155,8 +161,7 @@ def start_redis(host: str, port: int, log_dir: Path, timeout_s: float) -> dict[s
         host,
         "--port",
         str(port),
-        "--save",
-        "",
+        *(["--dir", str(data_dir), "--dbfilename", "ragc.rdb", "--save", "300 1"] if data_dir else ["--save", ""]),
         "--appendonly",
         "no",
         "--protected-mode",
@@ -164,8 +169,10 @@ def start_redis(host: str, port: int, log_dir: Path, timeout_s: float) -> dict[s
         "--maxmemory",
         "512mb",
         "--maxmemory-policy",
-        "allkeys-lru",
+        "volatile-lru",
     ]
+    if data_dir:
+        data_dir.mkdir(parents=True, exist_ok=True)
     record = spawn("redis", argv, log_dir)
     wait_until(lambda: port_open(host, port), record, timeout_s, "redis-server")
     return record | {"port": port, "url": f"redis://{host}:{port}/0"}

@@ -494,7 +494,9 @@ class FeedbackConfig(Section):
     )
     max_comment_chars: int = Field(default=2000, ge=0)
     max_entries_per_tenant: int = Field(
-        default=100_000, gt=0, description="the tenant's feedback stream keeps about this many, the newest"
+        default=10_000,
+        gt=0,
+        description="the tenant's feedback stream keeps about this many, the newest (about 2-4 KB each, with no TTL)",
     )
     redis_timeout_s: float = Field(
         default=0.2, gt=0, description="a receipt not written in this time is skipped (the answer is not delayed)"
