@@ -16,9 +16,12 @@ def _short(text: str) -> str:
 
 
 def _served(receipt: dict[str, Any]) -> str:
+    status = receipt["synthesize"]
     if receipt["abstained"]:
         return "abstained"
-    if receipt["synthesize"] == "fallback":
+    if status == "skipped":  # the no_text mode: retrieval only
+        return "passages only"
+    if status == "fallback":
         return "fallback"
     return "grounded" if receipt["grounded"] else "ungrounded"
 

@@ -198,6 +198,9 @@ def test_the_report_counts_each_answer_once_by_its_latest_rating() -> None:
     text = feedback_text(report)
     assert text.splitlines()[0] == "tenant acme: 2 rated answers, 2 up, 0 down (1 ratings revised)"
     assert "fine after all" in text and "question r1" in text and "tenancy.md" in text and "grounded" in text
+    passages_only = entry("r3", "up", 40)
+    passages_only.receipt.synthesize, passages_only.receipt.grounded = "skipped", False  # the no_text mode
+    assert "passages only" in feedback_text(feedback_report("acme", [passages_only]))
 
 
 def test_the_cli_refuses_a_bad_tenant_and_names_a_missing_or_unreachable_redis(
