@@ -22,6 +22,21 @@ def dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.fixture
+def unreachable_milvus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Milvus configured at a port nothing listens on, tried once; the port."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("RAGC_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RAGC_MILVUS__URI", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("RAGC_MILVUS__CONNECT_ATTEMPTS", "1")
+    monkeypatch.setenv("RAGC_MILVUS__CONNECT_TIMEOUT_S", "1")
+    return int(port)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -87,17 +102,9 @@ def test_in_process_batch_commands_set_the_openmp_wait_policy_before_torch_loads
 
 @pytest.mark.parametrize("argv", [["docs"], ["delete", "--tenant", "acme"]])
 def test_an_unreachable_milvus_is_named_with_what_to_do_not_a_traceback(
-    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    argv: list[str], unreachable_milvus: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import socket
-
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setenv("RAGC_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("RAGC_MILVUS__URI", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("RAGC_MILVUS__CONNECT_ATTEMPTS", "1")
-    monkeypatch.setenv("RAGC_MILVUS__CONNECT_TIMEOUT_S", "1")
+    port = unreachable_milvus
     assert main(argv) == EXIT_UNREACHABLE
     err = capsys.readouterr().err
     assert f"Milvus at http://127.0.0.1:{port} is unreachable" in err and "`ragc up`" in err
@@ -105,20 +112,11 @@ def test_an_unreachable_milvus_is_named_with_what_to_do_not_a_traceback(
 
 
 def test_status_says_what_it_finds_of_the_index_and_fails_on_none_of_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    unreachable_milvus: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`ragc status` with Milvus configured but unreachable: the index line says so, the JSON has the reason."""
-    import socket
-
     from cli.main import index_line
 
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setenv("RAGC_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("RAGC_MILVUS__URI", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("RAGC_MILVUS__CONNECT_ATTEMPTS", "1")
-    monkeypatch.setenv("RAGC_MILVUS__CONNECT_TIMEOUT_S", "1")
     main(["status", "--json"])
     assert "unreachable" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["index"]
 
