@@ -29,7 +29,9 @@ def _served(receipt: dict[str, Any]) -> str:
 def feedback_text(payload: dict[str, Any]) -> str:
     counts = payload["ratings"]
     lines = [
-        f"tenant {payload['tenant']}: {payload['rated']} rated answers, {counts['up']} up, {counts['down']} down"
+        f"tenant {payload['tenant']}"
+        + (f" since {payload['since'][:16].replace('T', ' ')} UTC" if payload.get("since") else "")
+        + f": {payload['rated']} rated answers, {counts['up']} up, {counts['down']} down"
         + (f" ({payload['revised']} ratings revised)" if payload["revised"] else "")
     ]
     if payload["feedback"]:

@@ -171,9 +171,12 @@ def cmd_docs(cfg: RagcConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_feedback(cfg: RagcConfig, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from cli.feedback_text import feedback_text
+    from cli.since import parse_since
     from cluster.redis_conn import redis_url
     from cluster.tenancy import check_tenant
     from serve.edge.feedback import feedback_report, read_feedback
@@ -185,12 +188,15 @@ def cmd_feedback(cfg: RagcConfig, args: argparse.Namespace) -> int:
             "feedback is kept in Redis, and this configuration has none (redis.enabled, redis.url, "
             "or the local sidecar `ragc up` starts)"
         )
+    since = None if args.since is None else parse_since(args.since, datetime.now(UTC))
     try:
-        entries = read_feedback(url, cfg.redis.password.resolve(), tenant, args.last)
+        since_ms = None if since is None else int(since.timestamp() * 1000)
+        entries = read_feedback(url, cfg.redis.password.resolve(), tenant, args.last, since_ms)
     except RedisConnectionError as exc:
         print(f"ragc feedback: Redis at {url} is unreachable ({exc})", file=sys.stderr)
         return EXIT_UNREACHABLE
-    emit(feedback_report(tenant, entries, args.rating), args.json, feedback_text)
+    report = feedback_report(tenant, entries, args.rating)
+    emit(report | {"since": None if since is None else since.isoformat(timespec="seconds")}, args.json, feedback_text)
     return EXIT_OK
 
 
@@ -403,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
     feedback.add_argument("--tenant", required=True)
     feedback.add_argument("--rating", choices=("up", "down"), help="only the answers rated so")
     feedback.add_argument("--last", type=int, metavar="N", help="read only the newest N ratings")
+    feedback.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only ratings given since then: a span back from now (90m, 24h, 7d, 2w) or a UTC date or time",
+    )
     feedback.set_defaults(func=cmd_feedback)
 
     reindex = sub.add_parser("reindex", parents=[common], help="rebuild into a new collection, then swap the alias")

@@ -311,3 +311,22 @@ class MemoryFeedbackStore:
     async def add(self, entry: Any, max_entries: int) -> None:
         self._reachable()
         self.entries = [*self.entries, entry][-max_entries:]
+
+
+def feedback_entry(request_id: str, rating: str, at: float, comment: str = "", tenant: str = "acme") -> Any:
+    """A rating of a grounded answer, as the ingress records it."""
+    from serve.edge.feedback import FeedbackEntry, Receipt
+
+    receipt = Receipt(
+        tenant=tenant,
+        request_id=request_id,
+        at=at - 5,
+        question=f"question {request_id}",
+        answer="an answer",
+        abstained=False,
+        grounded=True,
+        cited=[{"n": 1, "doc_id": "tenancy.md", "chunk_id": "c0"}],  # type: ignore[list-item]
+        synthesize="ok",
+        index_version=3,
+    )
+    return FeedbackEntry(request_id=request_id, rating=rating, comment=comment, at=at, receipt=receipt)  # type: ignore[arg-type]

@@ -193,16 +193,20 @@ async def _stored(work: Awaitable[T]) -> T:
         raise UnavailableError(f"feedback store unavailable: {type(exc).__name__}") from exc
 
 
-def read_feedback(url: str, password: str | None, tenant: str, newest: int | None = None) -> list[FeedbackEntry]:
-    """The tenant's feedback, oldest first (only the `newest` ones when given); for `ragc feedback`."""
+def read_feedback(
+    url: str, password: str | None, tenant: str, newest: int | None = None, since_ms: int | None = None
+) -> list[FeedbackEntry]:
+    """The tenant's feedback, oldest first: only the `newest` ones when given, only those rated from `since_ms`
+    (epoch milliseconds: a stream entry's id is the time it was added) when given; for `ragc feedback`."""
     import redis
 
+    first = "-" if since_ms is None else f"{since_ms}-0"
     client = redis.Redis.from_url(url, password=password)
     try:
         rows: Any = (
-            client.xrange(stream_key(tenant))
+            client.xrange(stream_key(tenant), min=first)
             if newest is None
-            else list(reversed(client.xrevrange(stream_key(tenant), count=newest)))  # type: ignore[arg-type]
+            else list(reversed(client.xrevrange(stream_key(tenant), min=first, count=newest)))  # type: ignore[arg-type]
         )
     finally:
         client.close()

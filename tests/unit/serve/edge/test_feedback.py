@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from cli.feedback_text import feedback_text
 from cli.main import EXIT_UNREACHABLE, EXIT_USAGE, main
 from cluster.config import FeedbackConfig, RagcConfig
-from serve.edge.feedback import Feedback, FeedbackEntry, Receipt, feedback_report
+from serve.edge.feedback import Feedback, feedback_report
 from serve.types import Passage
-from tests.fakes import FakeStages, MemoryFeedbackStore, fake_stages
+from tests.fakes import FakeStages, MemoryFeedbackStore, fake_stages, feedback_entry
 
 KEYS = {"key-a": "acme", "key-b": "globex"}
 QUESTION = "How are tenants kept apart?"
@@ -173,24 +173,12 @@ def test_without_keep_text_the_receipt_holds_ids_and_outcomes_only(monkeypatch: 
     assert (receipt.question, receipt.answer) == ("", "") and [c.doc_id for c in receipt.cited] == ["tenancy.md"]
 
 
-def entry(request_id: str, rating: str, at: float, comment: str = "") -> FeedbackEntry:
-    receipt = Receipt(
-        tenant="acme",
-        request_id=request_id,
-        at=at - 5,
-        question=f"question {request_id}",
-        answer="an answer",
-        abstained=False,
-        grounded=True,
-        cited=[{"n": 1, "doc_id": "tenancy.md", "chunk_id": "c0"}],  # type: ignore[list-item]
-        synthesize="ok",
-        index_version=3,
-    )
-    return FeedbackEntry(request_id=request_id, rating=rating, comment=comment, at=at, receipt=receipt)  # type: ignore[arg-type]
-
-
 def test_the_report_counts_each_answer_once_by_its_latest_rating() -> None:
-    entries = [entry("r1", "down", 10), entry("r2", "up", 20), entry("r1", "up", 30, "fine after all")]
+    entries = [
+        feedback_entry("r1", "down", 10),
+        feedback_entry("r2", "up", 20),
+        feedback_entry("r1", "up", 30, "fine after all"),
+    ]
     report = feedback_report("acme", entries)
     assert (report["rated"], report["ratings"], report["revised"]) == (2, {"up": 2, "down": 0}, 1)
     assert [(e["request_id"], e["rating"]) for e in report["feedback"]] == [("r2", "up"), ("r1", "up")]
@@ -198,7 +186,9 @@ def test_the_report_counts_each_answer_once_by_its_latest_rating() -> None:
     text = feedback_text(report)
     assert text.splitlines()[0] == "tenant acme: 2 rated answers, 2 up, 0 down (1 ratings revised)"
     assert "fine after all" in text and "question r1" in text and "tenancy.md" in text and "grounded" in text
-    passages_only = entry("r3", "up", 40)
+    since = feedback_text(report | {"since": "2026-12-05T12:00:00+00:00"}).splitlines()[0]
+    assert since == "tenant acme since 2026-12-05 12:00 UTC: 2 rated answers, 2 up, 0 down (1 ratings revised)"
+    passages_only = feedback_entry("r3", "up", 40)
     passages_only.receipt.synthesize, passages_only.receipt.grounded = "skipped", False  # the no_text mode
     assert "passages only" in feedback_text(feedback_report("acme", [passages_only]))
 
@@ -216,3 +206,5 @@ def test_the_cli_refuses_a_bad_tenant_and_names_a_missing_or_unreachable_redis(
     assert main(["feedback", "--tenant", "acme"]) == EXIT_UNREACHABLE
     err = capsys.readouterr().err
     assert "Redis at redis://127.0.0.1:1/0 is unreachable" in err and "Traceback" not in err
+    assert main(["feedback", "--tenant", "acme", "--since", "last week"]) == EXIT_USAGE
+    assert "--since 'last week': give a span back from now" in capsys.readouterr().err
