@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster.config import RagcConfig, RerankConfig
-from cluster.models import pick_device, pick_precision, resolve_model_path
+from cluster.models import pick_device, pick_reranker_precision, resolve_model_path
 
 Pair = tuple[str, str]
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -24,7 +24,7 @@ def reranker_fingerprint(cfg: RerankConfig) -> str:
     """Hash of the weight files' bytes and the settings that change a score (max_length, dtype)."""
     assert cfg.model is not None
     root = Path(resolve_model_path(cfg.model))
-    digest = hashlib.sha256(f"{cfg.max_length}|{pick_precision(cfg.dtype, pick_device('auto'))}".encode())
+    digest = hashlib.sha256(f"{cfg.max_length}|{pick_reranker_precision(cfg.dtype, pick_device('auto'))}".encode())
     weights = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES) if root.is_dir() else []
     if not weights:  # a hub id resolved by the loader: its name is all there is to go on
         digest.update(cfg.model.encode())

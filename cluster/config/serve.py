@@ -264,7 +264,7 @@ class RerankConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "int8"] = Field(
         default="auto",
         description="cross-encoder precision; auto = bfloat16 where native (CUDA, AMX/AVX512-BF16 CPUs), int8 on "
-        "other CPUs (dynamic quantization, one pair per pass), else float32",
+        "other CPUs with int8 dot products (VNNI; dynamic quantization, one pair per pass), else float32",
     )
 
 

@@ -16,7 +16,7 @@ from cluster.models import (
     available_cpus,
     load_dtype,
     pick_device,
-    pick_precision,
+    pick_reranker_precision,
     quantize_int8,
     resolve_model_path,
     set_torch_threads,
@@ -61,7 +61,7 @@ class CrossEncoderScorer:
         assert cfg.model is not None
         set_torch_threads(threads)
         device = pick_device("auto")
-        precision = pick_precision(cfg.dtype, device)
+        precision = pick_reranker_precision(cfg.dtype, device)
         self._model = CrossEncoder(
             resolve_model_path(cfg.model),
             num_labels=1,

@@ -54,6 +54,32 @@ def test_encoders_run_int8_on_a_cpu_without_native_bf16(monkeypatch: pytest.Monk
     assert pick_precision("auto", "cpu") == "bfloat16" and pick_precision("auto", "cuda") == "bfloat16"
 
 
+def test_int8_dot_products_only_with_vnni(tmp_path: Path) -> None:
+    from cluster.models import int8_dot_products
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma f16c\n")  # this project's slow CI machines
+    assert not int8_dot_products(cpuinfo)
+    for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu avx2 {flag}\n")
+        assert int8_dot_products(cpuinfo), flag
+    assert not int8_dot_products(tmp_path / "absent")
+
+
+def test_the_cross_encoder_stays_float32_on_a_cpu_without_int8_dot_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cluster.models
+    from cluster.models import pick_reranker_precision
+
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: False)
+    monkeypatch.setattr(cluster.models, "int8_dot_products", lambda: False)
+    assert pick_reranker_precision("auto", "cpu") == "float32"
+    assert pick_reranker_precision("int8", "cpu") == "int8"  # an explicit choice is kept
+    monkeypatch.setattr(cluster.models, "int8_dot_products", lambda: True)
+    assert pick_reranker_precision("auto", "cpu") == "int8"
+    monkeypatch.setattr(cluster.models, "native_bf16", lambda device: True)
+    assert pick_reranker_precision("auto", "cpu") == pick_reranker_precision("auto", "cuda") == "bfloat16"
+
+
 def test_int8_is_refused_off_the_cpu() -> None:
     from cluster.models import pick_precision
 
