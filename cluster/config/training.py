@@ -34,6 +34,13 @@ class RerankTrainingConfig(Section):
         description="keep the pretrained weights of the token embeddings and of this many lowest transformer "
         "layers (0 = the embeddings alone, -1 = train everything): a step then skips their gradients and updates",
     )
+    dropout: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="probability of every dropout layer while training; null = the base model's own (0.1 in "
+        "MiniLM). 0 draws no masks and lets attention take its fused kernel: 1.4x the pairs/s on 2 CPU cores",
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description="bfloat16 = bf16 autocast over fp32 master weights; auto = bfloat16 where native (CUDA, "

@@ -101,6 +101,22 @@ def test_freezing_more_layers_than_the_model_has_is_refused() -> None:
         train_cross_encoder(resolve_model_path(recipe.base_model), [], recipe, "cpu")
 
 
+@pytest.mark.parametrize(("dropout", "expected"), [(None, 0.1), (0.0, 0.0), (0.2, 0.2)])
+def test_dropout_is_set_on_every_dropout_layer_or_kept_as_the_checkpoint_has_it(
+    dropout: float | None, expected: float
+) -> None:
+    import torch
+
+    from cluster.config import RerankTrainingConfig
+    from cluster.models import resolve_model_path
+    from training.loop import train_cross_encoder
+
+    recipe = RerankTrainingConfig(dropout=dropout)
+    encoder, _ = train_cross_encoder(resolve_model_path(recipe.base_model), [], recipe, "cpu")
+    layers = [m for m in encoder.model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert len(layers) > 6 and {m.p for m in layers} == {expected}  # attention's too: its sdpa call reads its p
+
+
 def _base_parameters(path: str) -> list[tuple[str, object]]:
     from sentence_transformers import CrossEncoder
 
