@@ -7,6 +7,7 @@ best candidate's cosine is below the floor: one retrieval per question gives the
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,13 +105,34 @@ def curve(best: dict[str, float | None], unanswerable: set[str], step: float = 0
     return [rates_at(f, best, unanswerable) for f in floors]
 
 
+def wilson_upper(k: int, n: int, z: float) -> float:
+    """Upper end of the Wilson score interval of a share of k in n, z standard deviations up (z = 0: k / n)."""
+    if n == 0:
+        return 0.0
+    share = k / n
+    centre = share + z * z / (2 * n)
+    spread = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    return (centre + spread) / (1 + z * z / n)
+
+
 def choose_floor(
-    best: dict[str, float | None], unanswerable: set[str], budget: float = TARGET_FALSE_ABSTENTION
+    best: dict[str, float | None],
+    unanswerable: set[str],
+    budget: float = TARGET_FALSE_ABSTENTION,
+    confidence_z: float = 0.0,
 ) -> Rates:
     """The floor that abstains most on unanswerable questions while falsely abstaining on at most `budget`
-    of the answerable ones (candidate floors: the observed scores)."""
+    of the answerable ones (candidate floors: the observed scores). `confidence_z` > 0 holds the budget on the
+    Wilson upper bound of the false abstention instead of on the share observed, so that a floor chosen on few
+    questions keeps a margin (training/operating_points.py judges such rules)."""
+    answerable = sum(q not in unanswerable for q in best)
     candidates = sorted({c for c in best.values() if c is not None} | {-1.0, 0.0})
-    allowed = [r for f in candidates if (r := rates_at(f, best, unanswerable)).false_abstention <= budget]
+    allowed = [
+        r
+        for f in candidates
+        if wilson_upper((r := rates_at(f, best, unanswerable)).falsely_abstained or 0, answerable, confidence_z)
+        <= budget
+    ]
     return max(allowed, key=lambda r: (r.abstention, -r.false_abstention, -r.floor))
 
 

@@ -126,7 +126,9 @@ def point(rates: Any) -> OperatingPoint:
     )
 
 
-def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
+def calibration_examples(cfg: RagcConfig, req: CalibrationRequest) -> tuple[Examples, dict[str, Any], int, bool]:
+    """The examples calibration fits on (the variant ingested first), the ingest's report, how many questions
+    they came from, and whether the reranker's record named them."""
     from evals.pair_store import pair_store_for
     from evals.pipelines import PipelineRunner
     from local.cluster import sidecars_running
@@ -142,6 +144,11 @@ def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
         runner = PipelineRunner(ecfg, EVAL_TENANT, scorer=scorer, pair_store=pair_store_for(ecfg))
         print(f"calibrate-abstention: {len(questions.queries)} questions", file=sys.stderr, flush=True)
         examples = collect_examples(runner, questions, unanswerable)
+    return examples, ingest, len(questions.queries), named
+
+
+def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
+    examples, ingest, questions, named = calibration_examples(cfg, req)
     model, probabilities = fit(examples, cfg.train_reranker.seed)
     held_out = dict(zip(examples.ids, probabilities, strict=True))
     cosines = {i: row[COSINE] for i, row in zip(examples.ids, examples.features, strict=True)}
@@ -156,7 +163,7 @@ def run_calibration(cfg: RagcConfig, req: CalibrationRequest) -> dict[str, Any]:
         "cross-validated probabilities",
         "dataset": req.dataset.name,
         "split": req.split,
-        "questions": len(questions.queries),
+        "questions": questions,
         "questions_the_reranker_never_saw": named,
         "examples": len(examples.ids),
         "unanswerable_examples": len(examples.unanswerable),

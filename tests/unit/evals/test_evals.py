@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.config import RagcConfig, RerankConfig
-from evals.abstention import build_variant, choose_floor, curve, rates_at, read_ids
+from evals.abstention import build_variant, choose_floor, curve, rates_at, read_ids, wilson_upper
 from evals.beir import EvalSet, load_qrels, load_queries
 from evals.metrics import mean_metrics, per_query
 from evals.pipelines import PIPELINES, documents
@@ -80,6 +80,24 @@ def test_floor_is_the_one_that_abstains_most_within_the_false_abstention_budget(
     assert rates_at(0.0, best, unanswerable).abstention == 0.25  # no candidate at all always abstains
     points = curve(best, unanswerable)
     assert points[0].floor == 0.0 and points[-1].floor == 1.0 and points[-1].false_abstention == 1.0
+
+
+def test_a_confident_floor_keeps_a_margin_that_shrinks_with_more_questions() -> None:
+    assert wilson_upper(2, 40, 0.0) == 2 / 40 and wilson_upper(0, 0, 1.0) == 0.0
+    assert wilson_upper(2, 40, 1.0) == pytest.approx(0.0967, abs=1e-4)  # the Wilson score interval's upper end
+    unanswerable = {"u1", "u2", "u3"}
+    best: dict[str, float | None] = {"u1": 0.2, "u2": 0.3, "u3": 0.355}
+    best |= {f"a{n}": 0.35 + n * 0.01 for n in range(40)}  # answerable, best cosines 0.35 .. 0.74
+    # the share observed: 0.36 catches u3 at the cost of a0 (1/40)
+    assert choose_floor(best, unanswerable, confidence_z=0.0) == choose_floor(best, unanswerable)
+    assert choose_floor(best, unanswerable).floor == pytest.approx(0.36)
+    # at z = 1 one false abstention in 40 is a bound of 0.064 > 0.05: the floor stays at the lowest answerable
+    confident = choose_floor(best, unanswerable, confidence_z=1.0)
+    assert confident.floor == pytest.approx(0.35) and confident.falsely_abstained == 0 and confident.abstained == 2
+    # the same shares over 100 times the questions: one in 40 is a bound of 0.028, so 0.36 is allowed again
+    many = {f"{q}.{k}": v for q, v in best.items() for k in range(100)}
+    chosen = choose_floor(many, {f"{q}.{k}" for q in unanswerable for k in range(100)}, confidence_z=1.0)
+    assert chosen.floor == pytest.approx(0.36) and chosen.abstention == 1.0
 
 
 def test_rates_keep_exact_shares_and_counts_so_twice_as_many_is_judged_on_questions() -> None:
