@@ -211,8 +211,10 @@ def _first_chunks(
     client: MilvusClient, physical: str, tenant: str, declared: tuple[str, ...]
 ) -> dict[str, dict[str, Any]]:
     expr = all_of(eq(ChunkFields.TENANT, tenant), f"{ChunkFields.CHUNK_INDEX} == 0")
+    shown = ChunkFields.DECLARED  # the filter terms are for filters, never read back
     return {
-        row[ChunkFields.DOC_ID]: row for row in iterate_rows(client, physical, expr, [*FIRST_CHUNK_FIELDS, *declared])
+        row[ChunkFields.DOC_ID]: row
+        for row in iterate_rows(client, physical, expr, [*FIRST_CHUNK_FIELDS, *(f for f in declared if f in shown)])
     }
 
 
@@ -227,7 +229,7 @@ def _chunk_counts(client: MilvusClient, physical: str, tenant: str, doc_ids: lis
 
 
 def _missing(declared: tuple[str, ...]) -> list[str]:
-    return [f for f in ChunkFields.DECLARED if f not in declared]
+    return [f for f in ChunkFields.DOCUMENT_FIELDS if f not in declared]
 
 
 def _labels(value: Any) -> list[str]:

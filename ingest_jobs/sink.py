@@ -12,7 +12,7 @@ from ray.data.block import Block, BlockAccessor
 from ray.data.datasource.datasink import WriteResult
 
 from cluster.config import RagcConfig
-from cluster.labels import PUBLIC
+from cluster.labels import PUBLIC, label_terms
 from cluster.store.bm25_text import chunk_bm25_text
 from cluster.store.client import connect
 from cluster.store.schema import AUTHOR_MAX, SHORT_TEXT_MAX, ChunkFields, fit_bytes
@@ -89,7 +89,7 @@ class MilvusChunkSink(Datasink[SinkStats]):
 
 
 def _milvus_row(
-    row: Any, stemmer: str | None, text_max_bytes: int, declared: tuple[str, ...] = ChunkFields.DECLARED
+    row: Any, stemmer: str | None, text_max_bytes: int, declared: tuple[str, ...] = ChunkFields.DOCUMENT_FIELDS
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for column in STORED_COLUMNS:
@@ -110,8 +110,11 @@ def _milvus_row(
         out[f.AUTHOR] = fit_bytes(str(row[f.AUTHOR]), AUTHOR_MAX)
     if f.TAGS in declared:
         out[f.TAGS] = labels(row[f.TAGS])
+    access = labels(row[f.ACCESS]) or [PUBLIC]
     if f.ACCESS in declared:
-        out[f.ACCESS] = labels(row[f.ACCESS]) or [PUBLIC]
+        out[f.ACCESS] = access
+    if f.ACCESS_TERMS in declared:
+        out[f.ACCESS_TERMS] = label_terms(access)
     return out
 
 

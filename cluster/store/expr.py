@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from cluster.labels import TERMS_SEPARATOR, label_term
+
 _STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
@@ -28,6 +30,12 @@ def eq(field: str, value: str | int | float | bool) -> str:
 
 def is_in(field: str, values: Iterable[str | int | float]) -> str:
     return f"{field} in [{', '.join(literal(v) for v in values)}]"
+
+
+def holds_any_label(field: str, labels: Iterable[str]) -> str:
+    """`field`, written by `cluster.labels.label_terms`, holds one of `labels`."""
+    sep = TERMS_SEPARATOR
+    return " or ".join(f'{field} like "%{sep}{label_term(label)}{sep}%"' for label in labels)
 
 
 def all_of(*clauses: str) -> str:

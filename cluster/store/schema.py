@@ -12,7 +12,7 @@ from typing import Any
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from cluster.config import ChunkingConfig, EmbeddingConfig, MilvusConfig
-from cluster.labels import LABEL_MAX, LABELS_MAX
+from cluster.labels import LABEL_MAX, LABELS_MAX, TERMS_MAX
 from cluster.store.bm25_text import bm25_scheme, scheme_enrichment
 from cluster.weights import weights_fingerprint
 
@@ -62,12 +62,16 @@ class ChunkFields:
     AUTHOR = "author"
     TAGS = "tags"
     ACCESS = "access"  # the groups whose keys may read the document (cluster/labels.py: PUBLIC for every key)
+    ACCESS_TERMS = "access_terms"  # `access` as cluster.labels.label_terms writes it: what the access filter matches
 
     METADATA = (SOURCE, TITLE, DOC_TYPE, SECTION, YEAR, UPDATED_AT, CHUNK_INDEX, CONTENT_HASH)
     OUTPUT = (ID, DOC_ID, TENANT, TEXT, *METADATA)
     # the declared document fields, in collections created since they were stored (none before): who reads or
     # writes them asks the collection first (`stored_fields`)
     DECLARED = (AUTHOR, TAGS, ACCESS)
+    # written beside a declared field for filters only, never read back; in collections created since then
+    FILTER_TERMS = (ACCESS_TERMS,)
+    DOCUMENT_FIELDS = (*DECLARED, *FILTER_TERMS)
 
 
 LABELS_FIELD = {
@@ -89,9 +93,9 @@ def stored_fields(client: MilvusClient, name: str) -> frozenset[str]:
 
 
 def declared_fields(client: MilvusClient, name: str) -> tuple[str, ...]:
-    """The declared document fields a collection has: all of them, or none in one created before them."""
+    """The declared document fields and filter terms a collection has: none in one created before them."""
     fields = stored_fields(client, name)
-    return tuple(f for f in ChunkFields.DECLARED if f in fields)
+    return tuple(f for f in ChunkFields.DOCUMENT_FIELDS if f in fields)
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,8 @@ def create_chunk_collection(client: MilvusClient, name: str, identity: Collectio
     schema.add_field(f.CONTENT_HASH, DataType.VARCHAR, max_length=ID_MAX)
     for declared in f.DECLARED:
         schema.add_field(declared, **DECLARED_FIELD_TYPES[declared])
+    for terms in f.FILTER_TERMS:
+        schema.add_field(terms, DataType.VARCHAR, max_length=TERMS_MAX)
     schema.add_function(
         Function(
             name="text_bm25",

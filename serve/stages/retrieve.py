@@ -27,7 +27,7 @@ from cluster.models import Embedder, SentenceTransformerEmbedder
 from cluster.store.bm25_text import bm25_text
 from cluster.store.client import connect, first_rows
 from cluster.store.collections import CollectionMismatchError, Collections
-from cluster.store.expr import all_of, eq, fields_named, quote
+from cluster.store.expr import all_of, eq, fields_named, holds_any_label, quote
 from cluster.store.schema import ChunkFields, stored_fields
 from serve.errors import BadRequestError
 from serve.faults import FaultHooks
@@ -327,11 +327,16 @@ class HybridRetriever:
     def access_expr(self, groups: tuple[str, ...]) -> str:
         """The documents `groups` may read: the public ones and those of a group among them. None in a collection
         without the field is restricted (the ingest refuses such documents there), so it needs no clause; where
-        the fields are unknown the clause stays, and a search it fails is a failed search, never a wider one."""
+        the fields are unknown the clause stays, and a search it fails is a failed search, never a wider one.
+        The clause matches the groups' terms where the collection has them: on the ARRAY field milvus-lite takes
+        ~30x as long (a search of 10k chunks ~0.4 s against ~12 ms; ARCHITECTURE.md, Access groups)."""
+        readers = (PUBLIC, *groups)
         fields = self._stored_fields()
+        if fields is not None and ChunkFields.ACCESS_TERMS in fields:
+            return holds_any_label(ChunkFields.ACCESS_TERMS, readers)
         if fields is not None and ChunkFields.ACCESS not in fields:
             return ""
-        return f"array_contains_any({ChunkFields.ACCESS}, [{', '.join(quote(g) for g in (PUBLIC, *groups))}])"
+        return f"array_contains_any({ChunkFields.ACCESS}, [{', '.join(quote(g) for g in readers)}])"
 
     def _stored_fields(self, fresh: bool = False) -> frozenset[str] | None:
         """The serving collection's fields, re-read as often as the index version (or now: `fresh`)."""

@@ -711,13 +711,15 @@ def test_a_collection_from_before_the_declared_fields_keeps_working_and_a_reinde
     (corpus / "cache.md.meta.json").write_text(json.dumps({"tags": ["caching"]}))
     (corpus / "payroll.md").write_text("---\naccess: [hr]\n---\n# Payroll\n\nPayroll responses are cached too.\n")
     monkeypatch.setattr(ChunkFields, "DECLARED", ())  # the schema as it was: the driver creates the collection
+    monkeypatch.setattr(ChunkFields, "FILTER_TERMS", ())
     first = run_sync(cfg, corpus, "acme")
     monkeypatch.undo()
-    assert not set(ChunkFields.DECLARED) & stored_fields(connect(cfg), cfg.milvus.collection)
+    assert not set(ChunkFields.DOCUMENT_FIELDS) & stored_fields(connect(cfg), cfg.milvus.collection)
     from ingest_jobs.inventory import index_overview, tenant_inventory
 
-    assert tenant_inventory(cfg, "acme").missing_fields == ["author", "tags", "access"], "`ragc docs` says so"
-    assert index_overview(cfg)["missing_fields"] == ["author", "tags", "access"], "and `ragc status`"
+    missing = ["author", "tags", "access", "access_terms"]
+    assert tenant_inventory(cfg, "acme").missing_fields == missing, "`ragc docs` says so"
+    assert index_overview(cfg)["missing_fields"] == missing, "and `ragc status`"
     assert [(f.doc_id, f.reason) for f in first.failures] == [("payroll.md", RESTRICTED_IN_AN_OLD_INDEX)]
     tagged = compile_filters({"tags": "caching"}, cfg.serve.filters, cfg.serve.limits)
     question = "How are responses cached?"

@@ -62,13 +62,18 @@ def test_a_filter_on_a_field_the_serving_collection_lacks_is_the_clients_error()
 
 def test_a_caller_reads_public_documents_and_its_groups_where_the_collection_stores_access() -> None:
     from cluster.config import RagcConfig
+    from cluster.store.expr import holds_any_label
     from cluster.store.schema import ChunkFields
     from serve.stages.retrieve import HybridRetriever
 
     retriever = HybridRetriever(RagcConfig())
-    retriever._client = FieldsOnly([*ChunkFields.OUTPUT, *ChunkFields.DECLARED])
-    assert retriever.access_expr(()) == 'array_contains_any(access, ["*"])'
-    assert retriever.access_expr(("hr", "ops")) == 'array_contains_any(access, ["*", "hr", "ops"])'
+    retriever._client = FieldsOnly([*ChunkFields.OUTPUT, *ChunkFields.DOCUMENT_FIELDS])
+    assert retriever.access_expr(()) == holds_any_label("access_terms", ["*"])
+    assert retriever.access_expr(("hr", "ops")) == holds_any_label("access_terms", ["*", "hr", "ops"])
+    between = HybridRetriever(RagcConfig())  # created after access groups were stored, before their terms
+    between._client = FieldsOnly([*ChunkFields.OUTPUT, *ChunkFields.DECLARED])
+    assert between.access_expr(()) == 'array_contains_any(access, ["*"])'
+    assert between.access_expr(("hr", "ops")) == 'array_contains_any(access, ["*", "hr", "ops"])'
     older = HybridRetriever(RagcConfig())  # nothing in it is restricted: the ingest refuses such documents there
     older._client = FieldsOnly(list(ChunkFields.OUTPUT))
     assert older.access_expr(("hr",)) == ""
@@ -80,6 +85,7 @@ def test_a_search_that_raced_a_reindex_into_a_collection_with_access_groups_is_r
     """After a search without the access clause the serving collection's fields are read afresh: if they have
     `access` by then (a reindex moved the alias mid-request), the search runs again with the groups' clause."""
     from cluster.config import RagcConfig
+    from cluster.store.expr import holds_any_label
     from cluster.store.schema import ChunkFields
     from serve.stages.retrieve import ArmHits, HybridRetriever
     from serve.types import RetrievalResult
@@ -90,10 +96,10 @@ def test_a_search_that_raced_a_reindex_into_a_collection_with_access_groups_is_r
 
     def search_arms(tenant: str, query: str, expr: str = "", hyde: str | None = None) -> ArmHits:
         searched.append(expr)
-        client.fields = [*ChunkFields.OUTPUT, *ChunkFields.DECLARED]  # the reindex's alias swap lands meanwhile
+        client.fields = [*ChunkFields.OUTPUT, *ChunkFields.DOCUMENT_FIELDS]  # the reindex's alias swap lands meanwhile
         return ArmHits({"dense": []}, {"dense": "ok"}, True, "query")
 
     retriever.search_arms = search_arms  # type: ignore[method-assign]
     retriever.fuse = lambda hits: RetrievalResult([], index_version=1)  # type: ignore[method-assign]
     retriever.retrieve("t", "q", groups=("hr",))
-    assert searched == ["", 'array_contains_any(access, ["*", "hr"])']
+    assert searched == ["", holds_any_label("access_terms", ["*", "hr"])]
