@@ -41,6 +41,10 @@ def run_bench(cfg: RagcConfig, args: argparse.Namespace) -> int:
         from bench.prefix import bench_prefix
 
         return bench_prefix(cfg, args.dataset)
+    if args.target == "access":
+        from bench.access_filter import bench_access
+
+        return bench_access(cfg, args.dataset, args.limit, args.questions)
     if args.target == "profile":
         from bench.profile import bench_profile
         from local.cluster import http_url

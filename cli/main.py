@@ -461,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_config.set_defaults(func=cmd_serve_config)
 
     bench = sub.add_parser("bench", parents=[common], help="performance harness (ratios against baselines)")
-    targets = ["ingest", "query", "cache", "llm", "tracing", "profile", "prefix", "rerank", "embed"]
+    targets = ["ingest", "query", "cache", "llm", "tracing", "profile", "prefix", "rerank", "embed", "access"]
     bench.add_argument("target", choices=targets)
     bench.add_argument(
         "--dataset",
@@ -479,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="query: measured seconds of load per system (after a 20 s warm-up)",
     )
-    bench.add_argument("--questions", type=int, default=100, help="cache: labelled questions asked")
+    bench.add_argument("--questions", type=int, default=100, help="cache, access: labelled questions asked")
     bench.add_argument("--url", help="profile: the service (default: the local cluster's); key in $RAGC_API_KEY")
     bench.add_argument("--concurrency", default="1,2,4,8,16", help="profile: closed-loop client counts")
     bench.add_argument(
