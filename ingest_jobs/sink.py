@@ -108,13 +108,12 @@ def _milvus_row(
     out[f.BM25_TEXT] = fit_words(bm25, text_max_bytes)
     if f.AUTHOR in declared:
         out[f.AUTHOR] = fit_bytes(str(row[f.AUTHOR]), AUTHOR_MAX)
-    if f.TAGS in declared:
-        out[f.TAGS] = labels(row[f.TAGS])
-    access = labels(row[f.ACCESS]) or [PUBLIC]
-    if f.ACCESS in declared:
-        out[f.ACCESS] = access
-    if f.ACCESS_TERMS in declared:
-        out[f.ACCESS_TERMS] = label_terms(access)
+    stored_labels = {f.TAGS: labels(row[f.TAGS]), f.ACCESS: labels(row[f.ACCESS]) or [PUBLIC]}
+    for name, values in stored_labels.items():
+        if name in declared:
+            out[name] = values
+        if f.LABEL_TERMS[name] in declared:
+            out[f.LABEL_TERMS[name]] = label_terms(values)
     return out
 
 

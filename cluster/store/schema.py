@@ -62,7 +62,9 @@ class ChunkFields:
     AUTHOR = "author"
     TAGS = "tags"
     ACCESS = "access"  # the groups whose keys may read the document (cluster/labels.py: PUBLIC for every key)
-    ACCESS_TERMS = "access_terms"  # `access` as cluster.labels.label_terms writes it: what the access filter matches
+    # `tags` and `access` as cluster.labels.label_terms writes them: what the tag and access filters match
+    TAGS_TERMS = "tags_terms"
+    ACCESS_TERMS = "access_terms"
 
     METADATA = (SOURCE, TITLE, DOC_TYPE, SECTION, YEAR, UPDATED_AT, CHUNK_INDEX, CONTENT_HASH)
     OUTPUT = (ID, DOC_ID, TENANT, TEXT, *METADATA)
@@ -70,7 +72,8 @@ class ChunkFields:
     # writes them asks the collection first (`stored_fields`)
     DECLARED = (AUTHOR, TAGS, ACCESS)
     # written beside a declared field for filters only, never read back; in collections created since then
-    FILTER_TERMS = (ACCESS_TERMS,)
+    FILTER_TERMS = (TAGS_TERMS, ACCESS_TERMS)
+    LABEL_TERMS = {TAGS: TAGS_TERMS, ACCESS: ACCESS_TERMS}
     DOCUMENT_FIELDS = (*DECLARED, *FILTER_TERMS)
 
 

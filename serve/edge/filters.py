@@ -3,16 +3,26 @@ type-checked and escaped here, so nothing a client sends is pasted into an expre
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from cluster.config import FilterField, LimitsConfig
-from cluster.store.expr import literal
+from cluster.store.expr import holds_any_label, literal
 from serve.edge.text_rules import check_encodable
 from serve.errors import BadRequestError
 
 OPERATORS = {"eq": "==", "ne": "!=", "gte": ">=", "lte": "<="}
 ARRAY_FUNCTIONS = {"contains_any": "array_contains_any", "contains_all": "array_contains_all"}
 MAX_STR = 1024
+# A string literal (skipped whole: the scan never starts a match inside one) or a clause `compile_filters` writes
+# on a list field. Its literals hold no quote or backslash (`_typed` refuses them), so each is `"[^"]*"`.
+_LITERAL = r'"[^"]*"'
+LABEL_CLAUSE = re.compile(
+    rf"{_LITERAL}|array_contains(?P<op>_any|_all)?\((?P<field>\w+), "
+    rf"(?P<values>{_LITERAL}|\[{_LITERAL}(?:, {_LITERAL})*\])\)"
+)
 
 
 def _typed(field: str, spec: FilterField, value: Any) -> str | int:
@@ -70,3 +80,21 @@ def _values(field: str, op: str, value: Any, limits: LimitsConfig) -> list[Any]:
     if len(value) > limits.max_in_values:
         raise BadRequestError(f"filter {field!r}: more than {limits.max_in_values} values")
     return value
+
+
+def on_label_terms(expr: str, terms: Mapping[str, str]) -> str:
+    """`expr`, as `compile_filters` wrote it, with each clause on a list field in `terms` (field -> its terms
+    field, where the serving collection stores them) matching the terms instead: the same chunks, at the cost
+    of a scalar filter rather than an ARRAY one (cluster/labels.py)."""
+
+    def on_terms(clause: re.Match[str]) -> str:
+        field = clause["field"]
+        if field not in terms:  # a string literal, or a list field without terms
+            return clause[0]
+        values = json.loads(clause["values"])
+        labels = [values] if isinstance(values, str) else values
+        if clause["op"] == "_all":
+            return "(" + " and ".join(f"({holds_any_label(terms[field], [label])})" for label in labels) + ")"
+        return f"({holds_any_label(terms[field], labels)})"
+
+    return LABEL_CLAUSE.sub(on_terms, expr)

@@ -29,6 +29,7 @@ from cluster.store.client import connect, first_rows
 from cluster.store.collections import CollectionMismatchError, Collections
 from cluster.store.expr import all_of, eq, fields_named, holds_any_label, quote
 from cluster.store.schema import ChunkFields, stored_fields
+from serve.edge.filters import on_label_terms
 from serve.errors import BadRequestError
 from serve.faults import FaultHooks
 from serve.fusion import rrf_fuse
@@ -299,9 +300,7 @@ class HybridRetriever:
     ) -> RetrievalResult:
         """`groups`: the caller's access groups; it reads their documents and the tenant's public ones."""
         self._ready_embedder()
-        self.check_filter_fields(filter_expr)
-        access = self.access_expr(groups)
-        scoped = all_of(filter_expr, access)
+        scoped, access = self.scoped(filter_expr, groups)
         hits = self.search_arms(tenant, query, scoped, hyde_passage)
         extra = self.paraphrase_hits(tenant, paraphrases, scoped) if paraphrases else {}
         if not access and ChunkFields.ACCESS in (self._stored_fields(fresh=True) or ()):
@@ -310,6 +309,15 @@ class HybridRetriever:
         result = self.fuse(replace(hits, results=hits.results | extra))
         result.paraphrases_searched = len(extra) // 2
         return result
+
+    def scoped(self, filter_expr: str, groups: tuple[str, ...]) -> tuple[str, str]:
+        """The request's filters (on the list fields' terms where the collection stores them) with the groups'
+        access clause, and the access clause alone."""
+        self.check_filter_fields(filter_expr)
+        fields = self._stored_fields() or frozenset()
+        terms = {field: named for field, named in ChunkFields.LABEL_TERMS.items() if named in fields}
+        access = self.access_expr(groups)
+        return all_of(on_label_terms(filter_expr, terms), access), access
 
     def check_filter_fields(self, filter_expr: str) -> None:
         """A filter on a field the serving collection lacks is the client's to know, not a failed search: the
@@ -443,13 +451,11 @@ class HybridRetriever:
         """One page of the documents `groups` may read (each as its first chunk, without text), in chunk id order
         after the chunk id `after`: a cursor that stays valid while documents come and go."""
         self._ready_embedder()  # connected, and the collection is there
-        self.check_filter_fields(filter_expr)
-        access = self.access_expr(groups)
+        scoped, access = self.scoped(filter_expr, groups)
         expr = all_of(
             eq(ChunkFields.TENANT, tenant),
             f"{ChunkFields.CHUNK_INDEX} == 0",
-            filter_expr,
-            access,
+            scoped,
             f"{ChunkFields.ID} > {quote(after)}" if after else "",
         )
         fields = [f for f in self._output_fields() if f != ChunkFields.TEXT]

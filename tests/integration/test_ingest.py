@@ -717,7 +717,7 @@ def test_a_collection_from_before_the_declared_fields_keeps_working_and_a_reinde
     assert not set(ChunkFields.DOCUMENT_FIELDS) & stored_fields(connect(cfg), cfg.milvus.collection)
     from ingest_jobs.inventory import index_overview, tenant_inventory
 
-    missing = ["author", "tags", "access", "access_terms"]
+    missing = ["author", "tags", "access", "tags_terms", "access_terms"]
     assert tenant_inventory(cfg, "acme").missing_fields == missing, "`ragc docs` says so"
     assert index_overview(cfg)["missing_fields"] == missing, "and `ragc status`"
     assert [(f.doc_id, f.reason) for f in first.failures] == [("payroll.md", RESTRICTED_IN_AN_OLD_INDEX)]

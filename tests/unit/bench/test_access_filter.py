@@ -19,4 +19,6 @@ def test_the_bench_times_the_clauses_the_retriever_sends_to_each_kind_of_collect
     assert timed["array, key without groups"] == before_terms.access_expr(())
     assert timed["array, key with 3 groups"] == before_terms.access_expr(KEY_GROUPS)
     assert next(iter(timed.items())) == ("none (baseline)", "")
-    assert timed["tag filter (array)"] == '(array_contains(tags, "hr"))', "what a request's `tags` filter compiles to"
+    assert timed["tag filter, array"] == '(array_contains(tags, "hr"))', "what a request's `tags` filter compiles to"
+    scoped, _ = current.scoped(timed["tag filter, array"], ())
+    assert scoped.startswith(f"({timed['tag filter, terms']}) and "), "and what the retriever sends for it"

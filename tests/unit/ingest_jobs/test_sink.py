@@ -10,6 +10,7 @@ def test_the_job_totals_add_the_write_tasks_rows_per_embedding_node() -> None:
 
 
 def test_a_row_carries_author_and_tags_only_into_a_collection_that_has_them() -> None:
+    from cluster.store.schema import ChunkFields
     from ingest_jobs.documents import TAG_SEPARATOR
     from ingest_jobs.enrich_stage import ENRICHMENT_COLUMN
     from ingest_jobs.pipeline import EMPTY_ROW
@@ -22,10 +23,10 @@ def test_a_row_carries_author_and_tags_only_into_a_collection_that_has_them() ->
     assert stored["access"] == ["*"], "a document that declares no access groups is public in its tenant"
     restricted = _milvus_row(row | {"tags": "", "access": TAG_SEPARATOR.join(["hr", "ops"])}, None, 1000)
     assert restricted["tags"] == [] and restricted["access"] == ["hr", "ops"]
-    assert not {"author", "tags", "access", "access_terms"} & set(_milvus_row(row, None, 1000, declared=()))
+    assert not set(ChunkFields.DOCUMENT_FIELDS) & set(_milvus_row(row, None, 1000, declared=()))
 
 
-def test_a_row_carries_its_access_groups_as_terms_where_the_collection_has_them() -> None:
+def test_a_row_carries_its_tags_and_access_groups_as_terms_where_the_collection_has_them() -> None:
     from cluster.labels import label_term, label_terms
     from ingest_jobs.documents import TAG_SEPARATOR
     from ingest_jobs.enrich_stage import ENRICHMENT_COLUMN
@@ -33,8 +34,10 @@ def test_a_row_carries_its_access_groups_as_terms_where_the_collection_has_them(
     from ingest_jobs.sink import _milvus_row
 
     row = EMPTY_ROW | {"text": "words", "embedding": [0.5, 0.5], ENRICHMENT_COLUMN: ""}
-    assert _milvus_row(row, None, 1000)["access_terms"] == f"|{label_term('*')}|"
-    restricted = _milvus_row(row | {"access": TAG_SEPARATOR.join(["hr", "ops"])}, None, 1000)
+    plain = _milvus_row(row, None, 1000)
+    assert plain["access_terms"] == f"|{label_term('*')}|" and plain["tags_terms"] == "|", "public, untagged"
+    restricted = _milvus_row(row | {"access": TAG_SEPARATOR.join(["hr", "ops"]), "tags": "k8s"}, None, 1000)
     assert restricted["access_terms"] == label_terms(["hr", "ops"]) == f"|{label_term('hr')}|{label_term('ops')}|"
+    assert restricted["tags_terms"] == f"|{label_term('k8s')}|"
     between = _milvus_row(row, None, 1000, declared=("author", "tags", "access"))  # created before the terms
-    assert between["access"] == ["*"] and "access_terms" not in between
+    assert between["access"] == ["*"] and not {"tags_terms", "access_terms"} & set(between)

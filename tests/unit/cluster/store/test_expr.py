@@ -17,7 +17,7 @@ def test_builders() -> None:
 
 def test_a_label_clause_matches_fixed_length_terms_between_separators() -> None:
     """Labels may hold what a LIKE pattern reads specially (`%`, `_`) and the separator; their terms never do,
-    and one label's term is never part of another's (tests/integration/test_access_terms.py: against the store)."""
+    and one label's term is never part of another's (tests/integration/test_label_terms.py: against the store)."""
     import re
 
     from cluster.labels import LABEL_MAX, LABELS_MAX, TERM_CHARS, TERMS_MAX, label_term, label_terms

@@ -147,3 +147,29 @@ def test_a_filter_field_takes_the_operators_of_its_type() -> None:
     for wrong in [{"type": "str_list", "ops": ["eq"]}, {"type": "str", "ops": ["contains"]}]:
         with pytest.raises(ValueError, match="do not apply"):
             FilterField.model_validate(wrong)
+
+
+def test_list_filters_match_the_fields_terms_where_the_collection_stores_them() -> None:
+    from cluster.store.expr import holds_any_label
+    from serve.edge.filters import on_label_terms
+
+    terms = {"tags": "tags_terms"}
+    expr = compile_filters({"tags": "ops", "author": {"in": ["Ann"]}}, ALLOWED, LIMITS)
+    assert on_label_terms(expr, terms) == f'(({holds_any_label("tags_terms", ["ops"])})) and (author in ["Ann"])'
+    assert on_label_terms(expr, {}) == expr, "a collection without the terms keeps the ARRAY clause"
+    both = compile_filters({"tags": {"contains_any": ["a", "b"], "contains_all": ["c", "ü d"]}}, ALLOWED, LIMITS)
+    any_of, all_of = holds_any_label("tags_terms", ["a", "b"]), [holds_any_label("tags_terms", [v]) for v in "c"]
+    all_of.append(holds_any_label("tags_terms", ["ü d"]))
+    assert on_label_terms(both, terms) == f"(({any_of})) and ((({all_of[0]}) and ({all_of[1]})))"
+
+
+def test_a_value_that_spells_a_list_clause_stays_a_value() -> None:
+    """The scan reads each string literal whole, so no clause is read from a value or across two of them: here
+    `array_contains(tags, ` then the literal `") and (author == "` then `)` would look like one."""
+    from serve.edge.filters import on_label_terms
+
+    filters = {"title": "array_contains(tags, ", "author": ")", "tags": {"contains_any": ["a"]}}
+    expr = compile_filters(filters, ALLOWED, LIMITS)
+    assert expr.startswith('(title == "array_contains(tags, ") and (author == ")") and (array_contains_any(tags')
+    rewritten = on_label_terms(expr, {"tags": "tags_terms"})
+    assert rewritten.startswith('(title == "array_contains(tags, ") and (author == ")") and ((tags_terms like')

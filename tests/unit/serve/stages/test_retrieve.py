@@ -81,6 +81,25 @@ def test_a_caller_reads_public_documents_and_its_groups_where_the_collection_sto
     assert unknown.access_expr(()) == 'array_contains_any(access, ["*"])'
 
 
+def test_a_request_filters_on_the_tags_terms_where_the_collection_stores_them() -> None:
+    from cluster.config import RagcConfig
+    from cluster.store.expr import holds_any_label
+    from cluster.store.schema import ChunkFields
+    from serve.edge.filters import compile_filters
+    from serve.stages.retrieve import HybridRetriever
+
+    cfg = RagcConfig()
+    tagged = compile_filters({"tags": "ops", "year": {"gte": 2020}}, cfg.serve.filters, cfg.serve.limits)
+    current = HybridRetriever(cfg)
+    current._client = FieldsOnly([*ChunkFields.OUTPUT, *ChunkFields.DOCUMENT_FIELDS])
+    scoped, access = current.scoped(tagged, ("hr",))
+    assert access == holds_any_label("access_terms", ["*", "hr"])
+    assert scoped == f"((({holds_any_label('tags_terms', ['ops'])})) and (year >= 2020)) and ({access})"
+    between = HybridRetriever(cfg)  # tags and access stored, not yet their terms: the ARRAY clauses
+    between._client = FieldsOnly([*ChunkFields.OUTPUT, *ChunkFields.DECLARED])
+    assert between.scoped(tagged, ())[0] == f'({tagged}) and (array_contains_any(access, ["*"]))'
+
+
 def test_a_search_that_raced_a_reindex_into_a_collection_with_access_groups_is_run_again_with_them() -> None:
     """After a search without the access clause the serving collection's fields are read afresh: if they have
     `access` by then (a reindex moved the alias mid-request), the search runs again with the groups' clause."""
