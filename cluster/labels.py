@@ -10,7 +10,7 @@ LABELS_MAX = 64  # per document (its tags; its access groups) and per key
 LABEL_MAX = 128  # characters per label
 PUBLIC = "*"  # the access group of a document that declares none: every key of its tenant reads it
 TERM_CHARS = 32  # hex digits of a label's term: 128 bits of its SHA-256
-TERMS_SEPARATOR = "|"
+TERMS_SEPARATOR = ","  # special neither to LIKE nor to the regular expression a server may make of it
 TERMS_MAX = LABELS_MAX * (TERM_CHARS + 1) + 1  # the longest `label_terms`
 
 
@@ -21,7 +21,7 @@ def label_term(label: str) -> str:
 
 
 def label_terms(labels: Iterable[str]) -> str:
-    """`|t1|t2|`: the labels' terms, each between separators. A scalar string that a LIKE filter matches at
+    """`,t1,t2,`: the labels' terms, each between separators. A scalar string that a LIKE filter matches at
     the cost of a scalar filter: milvus-lite filters an ARRAY field ~30x slower than a scalar one (ARCHITECTURE.md,
     Access groups), and refuses an index on it."""
     return TERMS_SEPARATOR + "".join(label_term(label) + TERMS_SEPARATOR for label in labels)

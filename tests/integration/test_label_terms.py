@@ -13,9 +13,10 @@ from cluster.config import RagcConfig
 
 pytestmark = pytest.mark.integration
 
-# what a LIKE pattern reads specially (`%`, `_`), the terms' separator, a prefix of another label, non-ASCII
-LABELS = [[], ["hr"], ["ops", "hr"], ["50%_off"], ["a|b"], ["a"], ["b"], ["ünï"], ["h_"], ["%"], ["hr-eu"]]
-ASKED = [(), ("hr",), ("ops",), ("a",), ("a|b",), ("50%_off",), ("5",), ("_",), ("%",), ("h_",), ("b", "ünï"), ("x",)]
+# what a LIKE pattern reads specially (`%`, `_`), the terms' separator, a regular expression's alternation, a
+# prefix of another label, non-ASCII
+LABELS = [[], ["hr"], ["ops", "hr"], ["50%_off"], ["a|b"], ["a,b"], ["a"], ["b"], ["ünï"], ["h_"], ["%"], ["hr-eu"]]
+ASKED = [(), ("hr",), ("ops",), ("a",), ("a|b",), ("a,b",), ("50%_off",), ("5",), ("_",), ("%",), ("h_",), ("b", "ünï")]
 
 
 @pytest.fixture

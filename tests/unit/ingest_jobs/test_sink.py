@@ -35,9 +35,9 @@ def test_a_row_carries_its_tags_and_access_groups_as_terms_where_the_collection_
 
     row = EMPTY_ROW | {"text": "words", "embedding": [0.5, 0.5], ENRICHMENT_COLUMN: ""}
     plain = _milvus_row(row, None, 1000)
-    assert plain["access_terms"] == f"|{label_term('*')}|" and plain["tags_terms"] == "|", "public, untagged"
+    assert plain["access_terms"] == f",{label_term('*')}," and plain["tags_terms"] == ",", "public, untagged"
     restricted = _milvus_row(row | {"access": TAG_SEPARATOR.join(["hr", "ops"]), "tags": "k8s"}, None, 1000)
-    assert restricted["access_terms"] == label_terms(["hr", "ops"]) == f"|{label_term('hr')}|{label_term('ops')}|"
-    assert restricted["tags_terms"] == f"|{label_term('k8s')}|"
+    assert restricted["access_terms"] == label_terms(["hr", "ops"]) == f",{label_term('hr')},{label_term('ops')},"
+    assert restricted["tags_terms"] == f",{label_term('k8s')},"
     between = _milvus_row(row, None, 1000, declared=("author", "tags", "access"))  # created before the terms
     assert between["access"] == ["*"] and not {"tags_terms", "access_terms"} & set(between)
