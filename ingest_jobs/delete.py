@@ -66,8 +66,8 @@ def run_delete(cfg: RagcConfig, tenant: str, source: str | None = None) -> Delet
         active = collections.resolve()
         generations = collections.generations()
         for physical in generations:
-            if physical != active:
-                collections.load(physical)  # a generation kept for rollback is released; a delete needs it loaded
+            # loaded first: one kept for a rollback is released, and after a restart of the store so is the active
+            collections.load(physical)
             identity = collections.identity_of(physical)
             gone = GoneEnrichment(client, collections.alias, physical, identity.enrichment if identity else "", tenant)
             try:

@@ -548,8 +548,9 @@ def test_the_inventory_lists_each_source_s_documents_as_the_index_holds_them(cfg
 def test_deleting_a_source_then_the_tenant_leaves_nothing_of_theirs_in_any_generation(
     cfg: RagcConfig, tmp_path: Path
 ) -> None:
-    """`ragc delete`: one source's documents, then the whole tenant, out of the active generation and the one
-    kept for a rollback, their ledger entries and catalog record with them; another tenant keeps everything."""
+    """`ragc delete`: one source's documents, then the whole tenant (after a restart of the store released every
+    generation), out of the active generation and the one kept for a rollback, their ledger entries and catalog
+    record with them; another tenant keeps everything."""
     from ingest_jobs.delete import run_delete
     from ingest_jobs.sources import TenantSources, UnknownSourceError
 
@@ -575,9 +576,11 @@ def test_deleting_a_source_then_the_tenant_leaves_nothing_of_theirs_in_any_gener
     rollback(cfg)  # the generation kept for a rollback lost the wiki too
     assert {r["doc_id"] for r in rows_of(cfg, "acme")} == kept
 
+    collections = Collections(connect(cfg), cfg)
+    for physical in collections.generations():
+        collections.release(physical)  # what a restart of the store leaves (`ragc down`, `ragc up --no-app`)
     everything = run_delete(cfg, "acme")
     assert everything.sources == ["handbook"] and everything.documents == 5 and everything.chunks_left == 0
-    collections = Collections(connect(cfg), cfg)
     for physical in collections.generations():
         collections.load(physical)
         assert not connect(cfg).query(physical, filter=eq("tenant_id", "acme"), output_fields=["id"], limit=5)
