@@ -9,6 +9,8 @@ from collections.abc import Iterable
 LABELS_MAX = 64  # per document (its tags; its access groups) and per key
 LABEL_MAX = 128  # characters per label
 PUBLIC = "*"  # the access group of a document that declares none: every key of its tenant reads it
+# The terms' form is stored data: a collection written in another form matches nothing (every restricted and
+# every public chunk unread: closed, not open), so changing it needs a `ragc reindex`.
 TERM_CHARS = 32  # hex digits of a label's term: 128 bits of its SHA-256
 TERMS_SEPARATOR = ","  # special neither to LIKE nor to the regular expression a server may make of it
 TERMS_MAX = LABELS_MAX * (TERM_CHARS + 1) + 1  # the longest `label_terms`
