@@ -84,3 +84,20 @@ def test_too_few_of_one_class_is_refused() -> None:
     examples = Examples(["a", "b", "c"], [[1.0, 0, 0, 0], [2.0, 0, 0, 0], [3.0, 0, 0, 0]], {"a"})
     with pytest.raises(ValueError, match="too few"):
         fit(examples, seed=13)
+
+
+def test_calibration_holds_the_budget_at_the_wilson_bound_not_the_share_observed() -> None:
+    """130 answerable examples, as calibration has: abstaining on 6 of them (0.046) meets 0.05 by the share
+    observed, but its Wilson bound (z = 1) is 0.068; the threshold stays where the bound holds it (4 of 130)."""
+    from evals.abstention import TARGET_FALSE_ABSTENTION, choose_floor, wilson_upper
+    from training.abstention import CONFIDENCE_Z, operating_point
+
+    unanswerable = {f"u{n}" for n in range(40)}
+    scores = {f"a{n}": 0.10 + 0.005 * n for n in range(130)}
+    scores |= {f"u{n}": 0.1025 + 0.005 * n for n in range(40)}  # each just above one more answerable example
+    observed = choose_floor(dict(scores), unanswerable)
+    chosen = operating_point(scores, unanswerable)
+    assert CONFIDENCE_Z == 1.0 and observed.falsely_abstained == 6
+    lost = round(chosen.false_abstention * 130)
+    assert wilson_upper(lost, 130, CONFIDENCE_Z) <= TARGET_FALSE_ABSTENTION < wilson_upper(lost + 1, 130, CONFIDENCE_Z)
+    assert chosen.threshold < observed.floor and 0 < chosen.abstention < observed.abstention
