@@ -14,35 +14,19 @@ from typing import Any
 
 import pytest
 
-from tests.eval.conftest import SHARED, RagcCli, make_cli
+from tests.eval.conftest import ANSWER_DATASETS as DATASETS
+from tests.eval.conftest import ANSWER_SLICE as SLICE
+from tests.eval.conftest import BackgroundCli
 
-# two slices of 10 questions (`--limit 10` takes every other question of the 20-question slices measured in the README):
-# ~12 s each on 2 cores with the strict retry, plus INSCIT's corpus and one engine start: about 4 min in all,
-# the budget issue #15 set. It runs after the SciFact gate (tests/eval/conftest.py), whose collection it reuses
+# `--limit`, the datasets and the raised deadlines are the run's (tests/eval/conftest.py: answers_run)
 pytestmark = [pytest.mark.eval, pytest.mark.timeout(2400)]
-
-SLICE = "10"
-DATASETS = ("inscit", "scifact")
-# The gate measures what the model writes, not how fast: under the service's 25 s the slice would depend on
-# the CI machine's speed and on the tiers running beside it (an answer takes ~5 s alone on 2 cores).
-SYNTHESIS_TIMEOUT_S = "120"
 
 
 @pytest.fixture(scope="session")
-def answers(gate_cli: RagcCli, gate_env: dict[str, str], gate_dir: Path) -> dict[str, dict[str, Any]]:
-    env = gate_env | {"RAGC_SERVE__SYNTHESIZE__TIMEOUT_S": SYNTHESIS_TIMEOUT_S}
-    ragc = make_cli(env, gate_dir / "cli.log")  # gate_cli's cluster, the answer stage's timeout raised
-    datasets = []
-    for name in DATASETS:
-        dataset = SHARED / "data" / name
-        if not (dataset / "queries.jsonl").exists():
-            pytest.fail(f"{dataset} is missing (set RAGC_SHARED_DIR to the folder holding data/{name})")
-        datasets += ["--dataset", str(dataset)]
-    output = gate_dir / "report" / "{dataset}_answers.json"
-    # both datasets in one command: the engines start once
-    out = ragc("eval-answers", *datasets, "--limit", SLICE, "--output", str(output), timeout=1800)["datasets"]
+def answers(answers_run: BackgroundCli) -> dict[str, dict[str, Any]]:
+    out = answers_run.result()["datasets"]
     assert set(out) == set(DATASETS), out.keys()
-    return out
+    return dict(out)
 
 
 @pytest.mark.parametrize("name", DATASETS)

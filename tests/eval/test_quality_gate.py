@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.eval.conftest import RagcCli
+from tests.eval.conftest import BackgroundCli, RagcCli
 
 # the first test carries the whole gate (embed SciFact, train the reranker, evaluate): ~45 min on a slow CPU
 # alone, longer beside the integration tier (`make test`)
@@ -31,7 +31,11 @@ def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]
 
 
 @pytest.fixture(scope="session")
-def quality(gate_cli: RagcCli, gate_dir: Path, scifact: Path, reranker: dict[str, Any]) -> dict[str, Any]:
+def quality(
+    gate_cli: RagcCli, gate_dir: Path, scifact: Path, reranker: dict[str, Any], answers_run: BackgroundCli
+) -> dict[str, Any]:
+    # answers_run after reranker (pytest sets up a fixture's arguments in order): the answer gate's run starts
+    # beside this scoring once the training has embedded SciFact, which it reuses
     output = gate_dir / "report" / "scifact.json"
     return gate_cli(
         "eval", "--dataset", str(scifact), "--reranker", reranker["model"], "--output", str(output), "--json"
