@@ -18,10 +18,11 @@ setup: $(VENV)/.installed
 # the machine's pip settings (indexes, wheel folders, constraints) and pip's choice of the best version across
 # them. It byte-compiles what it installs: with PYTHONDONTWRITEBYTECODE set (as on this project's machines) nothing
 # else would, and every process would compile each module it imports again (without it a fresh-clone CI run's
-# integration tier ran past 35 min instead of 24). UV_NATIVE_TLS: the system's certificates, as pip uses.
+# integration tier ran past 35 min instead of 24). It copies rather than hard-links from its cache: nltk refuses to
+# open a multiply-linked data file (llama-index's stopwords). UV_NATIVE_TLS: the system's certificates, as pip uses.
 UV_VERSION := 0.13.10
 UV = UV_NATIVE_TLS=1 $(VENV)/bin/uv pip
-UV_INSTALL = $(UV) install -q --python $(PY) --compile-bytecode $(shell python3 scripts/uv_pip_args.py)
+UV_INSTALL = $(UV) install -q --python $(PY) --compile-bytecode --link-mode copy $(shell python3 scripts/uv_pip_args.py)
 
 # torch 2.13.0 (CPU) first: anything that pulls torch before it would fetch a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml scripts/uv_pip_args.py
@@ -61,7 +62,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m mypy cluster serve ingest_jobs evals training local bench cli loadtests
+	$(PY) -m mypy cluster serve ingest_jobs evals training local bench cli loadtests scripts
 
 test-unit: setup
 	$(PYTEST) tests/unit -q $(OK5)
