@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,6 +98,14 @@ class BackgroundCli:
         with self._out.open("w") as out, self._err.open("w") as err:
             self._proc = subprocess.Popen(ragc_argv(args), env=env, stdout=out, stderr=err)
         self._result: dict[str, Any] | None = None
+        # when it ended, not when its result was asked for: the log's duration is the command's own
+        self._ended: float | None = None
+        self._waiter = threading.Thread(target=self._note_exit, daemon=True)
+        self._waiter.start()
+
+    def _note_exit(self) -> None:
+        self._proc.wait()
+        self._ended = time.monotonic()
 
     def result(self) -> dict[str, Any]:
         if self._result is None:
@@ -107,13 +116,15 @@ class BackgroundCli:
                 self._proc.kill()
                 self._proc.wait()
                 fail_past_timeout(self._log, self._args, self._timeout, self._err.read_text(errors="replace"))
+            self._waiter.join()
             finished = subprocess.CompletedProcess(
                 self._args,
                 self._proc.returncode,
                 self._out.read_text(errors="replace"),
                 self._err.read_text(errors="replace"),
             )
-            self._result = record_and_parse(self._log, self._args, finished, time.monotonic() - self._started, 0)
+            elapsed = (self._ended or time.monotonic()) - self._started
+            self._result = record_and_parse(self._log, self._args, finished, elapsed, 0)
         return self._result
 
     def stop(self) -> None:
