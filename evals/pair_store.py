@@ -18,6 +18,7 @@ from cluster.models import pick_device, pick_reranker_precision, resolve_model_p
 
 Pair = tuple[str, str]
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+LOCK_WAIT_S = 120.0
 
 
 def reranker_fingerprint(cfg: RerankConfig) -> str:
@@ -41,7 +42,9 @@ class PairScoreStore:
 
     def __init__(self, path: Path, fingerprint: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path)
+        # two evaluations of one reranker may run at once (the gate calibrates beside its SciFact scoring): a
+        # writer waits for the other's short transaction instead of failing after sqlite's default 5 s
+        self._db = sqlite3.connect(path, timeout=LOCK_WAIT_S)
         self._db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, score REAL NOT NULL)")
         self._fingerprint = fingerprint
         self.reused = 0

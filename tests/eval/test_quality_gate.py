@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +32,6 @@ def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]
 
 
 @pytest.fixture(scope="session")
-def quality(
-    gate_cli: RagcCli, gate_dir: Path, scifact: Path, reranker: dict[str, Any], answers_run: BackgroundCli
-) -> dict[str, Any]:
-    # answers_run after reranker (pytest sets up a fixture's arguments in order): the answer gate's run starts
-    # beside this scoring once the training has embedded SciFact, which it reuses
-    output = gate_dir / "report" / "scifact.json"
-    return gate_cli(
-        "eval", "--dataset", str(scifact), "--reranker", reranker["model"], "--output", str(output), "--json"
-    )
-
-
-@pytest.fixture(scope="session")
 def variant(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> Path:
     out = gate_dir / "scifact_abstention"
     gate_cli("eval-variant", "--dataset", str(scifact), "--out", str(out))
@@ -50,15 +39,51 @@ def variant(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def calibration(gate_cli: RagcCli, variant: Path, reranker: dict[str, Any], quality: dict[str, Any]) -> dict[str, Any]:
-    return gate_cli("calibrate-abstention", "--dataset", str(variant), "--reranker", reranker["model"])
+def calibration_run(
+    gate_env: dict[str, str], gate_dir: Path, variant: Path, reranker: dict[str, Any]
+) -> Iterator[BackgroundCli]:
+    """`ragc calibrate-abstention` on the variant's TRAIN questions, started beside the SciFact scoring: alone it
+    kept about a third of the 2 cores idle (its searches wait on milvus-lite), and it needs nothing the scoring
+    writes (its pairs are TRAIN questions', the scoring's TEST questions')."""
+    args = ("calibrate-abstention", "--dataset", str(variant), "--reranker", reranker["model"])
+    run = BackgroundCli(gate_env, gate_dir / "cli.log", args, timeout=2400)
+    yield run
+    run.stop()
+
+
+@pytest.fixture(scope="session")
+def quality(
+    gate_cli: RagcCli,
+    gate_dir: Path,
+    scifact: Path,
+    reranker: dict[str, Any],
+    answers_run: BackgroundCli,
+    calibration_run: BackgroundCli,
+) -> dict[str, Any]:
+    # answers_run and calibration_run after reranker (pytest sets up a fixture's arguments in order): both start
+    # beside this scoring once the training has embedded SciFact, whose collection they reuse
+    output = gate_dir / "report" / "scifact.json"
+    return gate_cli(
+        "eval", "--dataset", str(scifact), "--reranker", reranker["model"], "--output", str(output), "--json"
+    )
+
+
+@pytest.fixture(scope="session")
+def calibration(calibration_run: BackgroundCli) -> dict[str, Any]:
+    return calibration_run.result()
 
 
 @pytest.fixture(scope="session")
 def abstention(
-    gate_cli: RagcCli, gate_dir: Path, variant: Path, reranker: dict[str, Any], calibration: dict[str, Any]
+    gate_cli: RagcCli,
+    gate_dir: Path,
+    variant: Path,
+    reranker: dict[str, Any],
+    quality: dict[str, Any],
+    calibration: dict[str, Any],
 ) -> dict[str, Any]:
-    """The variant's TEST questions: the cosine floor, and the calibration beside the reranker."""
+    """The variant's TEST questions: the cosine floor, and the calibration beside the reranker. After the SciFact
+    scoring, whose cross-encoder scores of the same pairs it reads back."""
     output = gate_dir / "report" / "abstention.json"
     printed = gate_cli(
         "eval",

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import sqlite3
+import threading
 from pathlib import Path
 
+import pytest
+
 from cluster.config import RerankConfig
+from evals import pair_store
 from evals.pair_store import PairScoreStore, reranker_fingerprint
 
 
@@ -37,3 +42,33 @@ def test_many_pairs_are_looked_up_past_sqlites_parameter_limit(tmp_path: Path) -
     store.put(pairs, [float(n) for n in range(1200)])
     found = store.get(pairs)
     assert len(found) == 1200 and found[("q", "passage 1199")] == 1199.0
+
+
+def test_a_writer_waits_for_another_runs_transaction_on_the_same_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two evaluations of one reranker at once (the gate's calibration beside its scoring): the second writer
+    waits for the first's transaction; without the wait it fails at once."""
+    path = tmp_path / "scores.sqlite"
+    PairScoreStore(path, "fp").close()  # the table exists
+    other_run = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    def hold_the_write_lock(seconds: float) -> threading.Thread:
+        other_run.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(seconds, lambda: other_run.execute("COMMIT"))
+        release.start()
+        return release
+
+    monkeypatch.setattr(pair_store, "LOCK_WAIT_S", 0.0)
+    impatient = PairScoreStore(path, "fp")
+    held = hold_the_write_lock(0.5)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        impatient.put([("q", "a")], [1.0])
+    held.join()
+
+    monkeypatch.setattr(pair_store, "LOCK_WAIT_S", 10.0)
+    patient = PairScoreStore(path, "fp")
+    held = hold_the_write_lock(0.5)
+    patient.put([("q", "a")], [1.0])
+    held.join()
+    assert patient.get([("q", "a")]) == {("q", "a"): 1.0}
