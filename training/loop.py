@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the loop itself needs only torch and sentence-transformers (it also runs on a bare GPU box)
     from cluster.config import RerankTrainingConfig
 
+# how the progress line that starts the training begins: the corpus is embedded and mined by then, and what
+# follows needs only the CPU (the quality gate starts its answer run on it: tests/eval/test_quality_gate.py)
+TRAINING_STARTS = "training on "
+
 
 @dataclass(frozen=True)
 class TrainingGroup:
@@ -117,7 +121,7 @@ def train_cross_encoder(
     )
     if progress is not None:
         progress(
-            f"training on {device}, {outcome.precision}, {outcome.threads} torch threads waiting "
+            f"{TRAINING_STARTS}{device}, {outcome.precision}, {outcome.threads} torch threads waiting "
             f"{outcome.wait_policy}, {total} steps"
         )
     averaged = TailAverage(first_step=total - int(total * recipe.average_tail) + 1)  # tail 0: never copies

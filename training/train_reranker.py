@@ -107,8 +107,11 @@ def groups_digest(groups: list[TrainingGroup]) -> str:
     return hashlib.sha256(json.dumps([astuple(g) for g in groups]).encode()).hexdigest()[:16]
 
 
+PROGRESS_PREFIX = "train-reranker: "
+
+
 def _progress(line: str) -> None:
-    print(f"train-reranker: {line}", file=sys.stderr, flush=True)
+    print(f"{PROGRESS_PREFIX}{line}", file=sys.stderr, flush=True)
 
 
 def train_and_save(

@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 import pytest
 
 from tests.integration.conftest import free_port
+from training.loop import TRAINING_STARTS
+from training.train_reranker import PROGRESS_PREFIX
 
 SHARED = Path(os.environ.get("RAGC_SHARED_DIR", Path(__file__).resolve().parents[2].parent / "shared"))
 SCIFACT = SHARED / "data" / "scifact"
@@ -91,23 +93,44 @@ class BackgroundCli:
     """A ragc command running beside the caller's; `result()` waits for it and checks it as `make_cli` does.
     Its output goes to files beside the log (a pipe nobody reads would stop it once full)."""
 
-    def __init__(self, env: dict[str, str], log: Path, args: tuple[str, ...], timeout: float) -> None:
-        self._log, self._args, self._timeout = log, args, timeout
+    def __init__(
+        self, env: dict[str, str], log: Path, args: tuple[str, ...], timeout: float, start: bool = True
+    ) -> None:
+        self._env, self._log, self._args, self._timeout = env, log, args, timeout
         self._out, self._err = (log.with_name(f"{args[0]}.{stream}") for stream in ("stdout", "stderr"))
-        self._started = time.monotonic()
-        with self._out.open("w") as out, self._err.open("w") as err:
-            self._proc = subprocess.Popen(ragc_argv(args), env=env, stdout=out, stderr=err)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
         self._result: dict[str, Any] | None = None
         # when it ended, not when its result was asked for: the log's duration is the command's own
         self._ended: float | None = None
         self._waiter = threading.Thread(target=self._note_exit, daemon=True)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Starts the command unless it has started (a run made with `start=False` starts here or in `result`)."""
+        if self._proc is not None:
+            return
+        self._started = time.monotonic()
+        with self._out.open("w") as out, self._err.open("w") as err:
+            self._proc = subprocess.Popen(ragc_argv(self._args), env=self._env, stdout=out, stderr=err)
         self._waiter.start()
 
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def said(self, text: str) -> bool:
+        """Whether its stderr so far holds `text`."""
+        return self._proc is not None and text in self._err.read_text(errors="replace")
+
     def _note_exit(self) -> None:
+        assert self._proc is not None
         self._proc.wait()
         self._ended = time.monotonic()
 
     def result(self) -> dict[str, Any]:
+        self.start()
+        assert self._proc is not None
         if self._result is None:
             left = max(self._timeout - (time.monotonic() - self._started), 1.0)
             try:
@@ -129,7 +152,7 @@ class BackgroundCli:
 
     def stop(self) -> None:
         """Ends a run whose result nobody asked for (its tests were not selected)."""
-        if self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=60)
@@ -182,10 +205,9 @@ ANSWER_DEADLINES = {
 
 @pytest.fixture(scope="session")
 def answers_run(gate_cli: RagcCli, gate_env: dict[str, str], gate_dir: Path) -> Iterator[BackgroundCli]:
-    """`ragc eval-answers` on both slices (one command: the engines start once), started in the background on
-    gate_cli's cluster. The SciFact gate starts it as soon as the reranker's training has embedded SciFact, whose
-    collection it reuses: alone, the scoring steps after the training left a quarter of the 2 cores idle, and so
-    did the answer run after them (CPU samples of a fresh-clone run, 2026-12-07)."""
+    """`ragc eval-answers` on both slices (one command: the engines start once) on gate_cli's cluster, in the
+    background. Made here, started by the SciFact gate beside the reranker's training (`start_beside_training`),
+    or by the first test that asks for its result."""
     datasets: list[str] = []
     for name in ANSWER_DATASETS:
         dataset = SHARED / "data" / name
@@ -194,13 +216,31 @@ def answers_run(gate_cli: RagcCli, gate_env: dict[str, str], gate_dir: Path) -> 
         datasets += ["--dataset", str(dataset)]
     output = gate_dir / "report" / "{dataset}_answers.json"
     args = ("eval-answers", *datasets, "--limit", ANSWER_SLICE, "--output", str(output))
-    run = BackgroundCli(gate_env | ANSWER_DEADLINES, gate_dir / "cli.log", args, timeout=2400)
+    run = BackgroundCli(gate_env | ANSWER_DEADLINES, gate_dir / "cli.log", args, timeout=2400, start=False)
     yield run
     run.stop()
 
 
+# `make test` names a file that it creates when its other tiers are done: while they run, the answer run's Milvus
+# searches ran out of time (and so, beside it, did theirs)
+TIERS_DONE = os.environ.get("RAGC_GATE_TIERS_DONE", "")
+TRAINING_STARTED = PROGRESS_PREFIX + TRAINING_STARTS
+
+
+def start_beside_training(run: BackgroundCli, training: BackgroundCli, poll_s: float = 5.0) -> None:
+    """Starts `run` once `training` (`ragc train-reranker`) has embedded and mined SciFact, whose collection
+    the answer run reuses, and `make test`'s other tiers are done; at the latest when the training ends.
+    Alone the training keeps the 2 cores ~82% busy (its two threads meet at barriers): on a machine where the
+    other tiers end long before it (AVX2, fp32: ~10 min), the answer run fills what it leaves idle instead of
+    running after it."""
+    while training.running():
+        if training.said(TRAINING_STARTED) and (not TIERS_DONE or Path(TIERS_DONE).exists()):
+            break
+        time.sleep(poll_s)
+    run.start()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The answer gate's tests last: the SciFact gate starts its run (`answers_run`) beside its own scoring, once
-    the integration tier of `make test` has finished (its Milvus searches ran out of time when the two
-    overlapped), and the answer tests then wait for it."""
+    """The answer gate's tests last: the SciFact gate starts their run (`answers_run`) beside the reranker's
+    training (`start_beside_training`), and the answer tests then wait for it."""
     items.sort(key=lambda item: item.path.name == "test_answer_gate.py")

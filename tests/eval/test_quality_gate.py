@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.eval.conftest import BackgroundCli, RagcCli
+from tests.eval.conftest import BackgroundCli, RagcCli, start_beside_training
 
 # the first test carries the whole gate (embed SciFact, train the reranker, evaluate): ~45 min on a slow CPU
 # alone, longer beside the integration tier (`make test`)
@@ -23,12 +23,17 @@ OFF_DOMAIN_QUESTION = "Who won the 1966 FIFA World Cup final at Wembley?"
 
 
 @pytest.fixture(scope="session")
-def reranker(gate_cli: RagcCli, gate_dir: Path, scifact: Path) -> dict[str, Any]:
+def reranker(
+    gate_cli: RagcCli, gate_env: dict[str, str], gate_dir: Path, scifact: Path, answers_run: BackgroundCli
+) -> dict[str, Any]:
     # beside the integration tier (`make test`) on 2 AVX512-BF16 cores, 2026-12-05: embedding 437 s (one 1-thread
     # bf16 actor per core; int8 on a CPU without native bf16), mining 76 s, training 1,269 s (11,600 pairs in
     # bf16, 9.1 pairs/s with its two threads asleep at barriers, part of it after that tier ended); the gate gets
-    # only the CPU that tier leaves idle
-    return gate_cli("train-reranker", "--dataset", str(scifact), "--out", str(gate_dir / "reranker"), timeout=4200)
+    # only the CPU that tier leaves idle. gate_cli: the cluster is up.
+    args = ("train-reranker", "--dataset", str(scifact), "--out", str(gate_dir / "reranker"))
+    training = BackgroundCli(gate_env, gate_dir / "cli.log", args, timeout=4200)
+    start_beside_training(answers_run, training)
+    return training.result()
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +65,8 @@ def quality(
     answers_run: BackgroundCli,
     calibration_run: BackgroundCli,
 ) -> dict[str, Any]:
-    # answers_run and calibration_run after reranker (pytest sets up a fixture's arguments in order): both start
-    # beside this scoring once the training has embedded SciFact, whose collection they reuse
+    # calibration_run after reranker (pytest sets up a fixture's arguments in order): it starts beside this
+    # scoring, and the answer run (started beside the training) goes on beside both
     output = gate_dir / "report" / "scifact.json"
     return gate_cli(
         "eval", "--dataset", str(scifact), "--reranker", reranker["model"], "--output", str(output), "--json"
