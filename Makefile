@@ -10,7 +10,7 @@ PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(PY
 # pytest exits 5 when a tier selects no tests; that is not a failure.
 OK5 := || [ $$? -eq 5 ]
 
-.PHONY: setup system-deps demo up down status test test-unit test-integration test-eval eval eval-abstention eval-answers eval-chunks eval-windows eval-dense-models eval-enrichment calibrate-support lint bench-ingest loadtest clean
+.PHONY: setup system-deps test-deps demo up down status test test-unit test-integration test-eval eval eval-abstention eval-answers eval-chunks eval-windows eval-dense-models eval-enrichment calibrate-support lint bench-ingest loadtest clean
 
 setup: $(VENV)/.installed
 
@@ -39,11 +39,24 @@ $(VENV)/.installed: pyproject.toml scripts/uv_pip_args.py
 	touch $@
 
 # redis-server backs the shared cache layer; the local cluster runs without it, the tests need it.
+# Tools from apt, as command:package, installed when missing (as root; otherwise it says what to install):
+# redis-server, the local shared cache (the demo and the tests); promtool, from the prometheus package, which
+# checks the chart's alerting rules (tests only; the package starts no server here).
+APT_DEMO := redis-server:redis-server
+APT_TEST := $(APT_DEMO) promtool:prometheus
+define apt_tools
+missing=""; for pair in $(1); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+if [ -n "$$missing" ]; then \
+  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+  else echo "missing:$$missing (apt-get install$$missing)"; exit 1; fi; fi
+endef
+
 system-deps:
-	@command -v redis-server >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-	  else echo "redis-server missing: install it (apt-get install redis-server)"; exit 1; fi; }
+	@$(call apt_tools,$(APT_DEMO))
+
+test-deps:
+	@$(call apt_tools,$(APT_TEST))
 
 demo: setup system-deps
 	HF_HUB_OFFLINE=1 $(RAGC) up --demo
@@ -64,17 +77,17 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy cluster serve ingest_jobs evals training local bench cli loadtests scripts
 
-test-unit: setup
+test-unit: setup test-deps
 	$(PYTEST) tests/unit -q $(OK5)
 
 # Ray starts its workers at nice 15 by default (RAY_worker_niceness): the replicas under test would then yield
 # to the driver's load loops and, beside `make test`'s gate, be starved by it. At 0 they have the driver's share.
-test-integration: setup system-deps
+test-integration: setup test-deps
 	RAY_worker_niceness=0 $(PYTEST) tests/integration -q -p no:logging $(OK5)
 
 # The quality gate: SciFact embedded once (7.3-7.8 min beside the other tiers on 2 AVX512-BF16 cores, in bf16), our
 # reranker trained, every pipeline scored.
-test-eval: setup system-deps
+test-eval: setup test-deps
 	$(PYTEST) tests/eval -q -p no:logging $(OK5); rc=$$?; cat .ragc/gate/report/*.md 2>/dev/null; exit $$rc
 
 # Every tier runs even when an earlier one fails, so one CI run reports every failure.
@@ -89,7 +102,7 @@ GATE_LOG := .ragc/test-eval.log
 GATE_NICE ?= 19
 # Created when the other tiers are done: the gate's answer run waits for it (tests/eval/conftest.py).
 TIERS_DONE := .ragc/tiers.done
-test: setup system-deps
+test: setup test-deps
 	@mkdir -p .ragc; rm -f $(TIERS_DONE); failed=""; \
 	echo "test-eval: running beside the other tiers (nice $(GATE_NICE)), log in $(GATE_LOG)"; \
 	RAGC_GATE_TIERS_DONE=$(abspath $(TIERS_DONE)) nice -n $(GATE_NICE) $(MAKE) --no-print-directory test-eval \

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from ray.serve.metrics import Counter, Histogram
 
@@ -20,6 +20,10 @@ CHECK_TAGS: Any = ("outcome", "attempts")
 BREAKER_TAGS: Any = ("stage", "event")
 USAGE_TAGS: Any = ("tenant", "model")
 FEEDBACK_TAGS: Any = ("tenant", "rating")
+# label values that alert rules match on (helm/ragc/templates/prometheusrule.yaml; tests/unit/helm/test_alerts.py)
+BreakerEvent = Literal["opened", "refused"]
+KeyReloadOutcome = Literal["reloaded", "refused"]
+IncidentKind = Literal["tenant_mismatch", "access_mismatch"]
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -123,7 +127,7 @@ def count_limiter_fallback() -> None:
     query_metrics().limiter_fallbacks.inc()
 
 
-def count_key_reload(outcome: str) -> None:
+def count_key_reload(outcome: KeyReloadOutcome) -> None:
     query_metrics().key_reloads.inc(tags={"outcome": outcome})
 
 
@@ -139,7 +143,7 @@ def count_usage(tenant: str, model: str, tokens: dict[str, int], outcomes: list[
         metrics.tenant_outcomes.inc(tags=tags | {"outcome": outcome})
 
 
-def count_breaker(stage: str, event: str) -> None:
+def count_breaker(stage: str, event: BreakerEvent) -> None:
     query_metrics().breakers.inc(tags={"stage": stage, "event": event})
 
 

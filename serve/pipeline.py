@@ -560,7 +560,7 @@ class QueryPipeline:
         readable = {PUBLIC, *groups}
         kept = []
         for passage in passages:
-            kind = (
+            kind: metrics.IncidentKind | None = (
                 "tenant_mismatch"
                 if passage.tenant_id != tenant
                 else "access_mismatch"

@@ -288,3 +288,19 @@ workerGroupSpecs:
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* The label matchers that pick this release's series in alert expressions (alerts.matchLabels, else the namespace). */}}
+{{- define "ragc.alertMatchers" -}}
+{{- $labels := .Values.alerts.matchLabels | default (dict "namespace" .Release.Namespace) -}}
+{{- $parts := list -}}
+{{- range $key := keys $labels | sortAlpha -}}
+{{- $parts = append $parts (printf "%s=%q" $key (get $labels $key)) -}}
+{{- end -}}
+{{- join "," $parts -}}
+{{- end -}}
+
+{{/* A counter's growth over a window, counting a series that first appeared in it (Ray exports a counter from its
+first increment, so increase() alone never sees a first event). Args: series (a selector), window. */}}
+{{- define "ragc.countSince" -}}
+({{ .series }} unless {{ .series }} offset {{ .window }}) or increase({{ .series }}[{{ .window }}])
+{{- end -}}

@@ -41,6 +41,7 @@ VALUE_SETS = {
         "sync": {"enabled": True, "tenants": [{"tenant": "acme", "source": "s3://bucket/acme"}]},
         "ingress": {"enabled": True, "host": "rag.example.com"},
         "podMonitor": {"enabled": True},
+        "alerts": {"enabled": True},
         "milvus": {"enabled": True},
         "redis": {"enabled": True},
     },
@@ -83,7 +84,7 @@ def test_rendered_objects_validate(name: str) -> None:
     for doc in docs:
         if doc["kind"] in RAY_KINDS:
             jsonschema.validate(doc, crd_schema(doc["kind"]))
-        elif doc["kind"] != "PodMonitor":  # a Prometheus-operator CRD, not a built-in kind
+        elif doc["kind"] not in ("PodMonitor", "PrometheusRule"):  # Prometheus-operator CRDs, not built-in kinds
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
         for container in _containers(doc):
             assert container.get("resources", {}).get("requests"), f"{doc['kind']} {container['name']} has no requests"
