@@ -58,8 +58,8 @@ def stage_deployments(cfg: RagcConfig) -> dict[str, Any]:
 
 def helm_values_block(cfg: RagcConfig) -> str:
     """The chart's `serve` values that come from the tree: the application, its deadline (the template adds
-    the proxy's grace, and takes `ragcConfig.serve.request_timeout_s` when a release sets one) and the
-    deployments' options."""
+    the proxy's grace, and takes `ragcConfig.serve.request_timeout_s` when a release sets one), the
+    deployments' options and the stages' timeouts (for the alerts)."""
     import yaml
 
     generated = {
@@ -67,10 +67,23 @@ def helm_values_block(cfg: RagcConfig) -> str:
         "requestTimeoutS": cfg.serve.request_timeout_s,
         "proxyGraceS": PROXY_GRACE_S,
         "deployments": stage_deployments(cfg),
+        "stageTimeoutsS": stage_timeouts(cfg),
     }
     body = yaml.safe_dump(generated, sort_keys=False)
     indented = "\n".join("  " + line for line in body.rstrip().splitlines())
     return f"{HELM_BEGIN}\n{indented}\n{HELM_END}"
+
+
+def stage_timeouts(cfg: RagcConfig) -> dict[str, float]:
+    """Each timed query stage's timeout: the chart's alerts hold a stage's p95 to a share of it (a release's
+    `ragcConfig.serve.<stage>.timeout_s` takes its place)."""
+    serve = cfg.serve
+    return {
+        "rewrite": serve.rewrite.timeout_s,
+        "retrieve": serve.retrieve.timeout_s,
+        "rerank": serve.rerank.timeout_s,
+        "synthesize": serve.synthesize.timeout_s,
+    }
 
 
 def replace_helm_block(values_text: str, block: str) -> str:

@@ -112,6 +112,24 @@ def test_match_labels_replace_the_namespace_in_every_selector() -> None:
         assert selectors and all('job="rag/rel-ragc"' in s and "namespace=" not in s for s in selectors), alert
 
 
+def stage_latency_limits(values: dict[str, Any]) -> dict[str, float]:
+    slow = [r for r in rules(values) if r["alert"] == "RagcStageSlow"]
+    return {r["labels"]["stage"]: float(r["expr"].split(") > ", 1)[1].split()[0]) for r in slow}
+
+
+def test_a_stage_is_slow_near_the_timeout_the_release_gives_it() -> None:
+    from cluster.config import RagcConfig
+    from serve.serve_config import stage_timeouts
+
+    share = yaml.safe_load((ROOT / "helm" / "ragc" / "values.yaml").read_text())["alerts"]["stageLatencyTimeoutShare"]
+    defaults = {stage: round(t * share, 3) for stage, t in stage_timeouts(RagcConfig()).items()}
+    assert stage_latency_limits(ENABLED) == defaults
+    gpu = yaml.safe_load((ROOT / "helm" / "ragc" / "values-gpu.yaml").read_text())  # rewrite 2 s, synthesize 10 s
+    assert stage_latency_limits({**gpu, "alerts": {"enabled": True}}) == defaults | {"rewrite": 1.6, "synthesize": 8.0}
+    pinned = {**BASE, "alerts": {"enabled": True, "stageLatencyP95Seconds": {"rerank": 1.5}}}
+    assert stage_latency_limits(pinned) == defaults | {"rerank": 1.5}
+
+
 def test_every_alert_has_a_runbook_entry_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("\n### Alerts\n", 1)[1].split("\n## ", 1)[0]
