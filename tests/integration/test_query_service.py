@@ -951,6 +951,39 @@ def test_metrics_and_health(service: dict[str, Any]) -> None:
     assert "/v1/query" in schema["paths"] and "QueryRequest" in schema["components"]["schemas"]
 
 
+def test_a_real_prometheus_fires_the_charts_alert_on_real_metrics(service: dict[str, Any], tmp_path: Path) -> None:
+    """The chart's alerting rules (rendered for namespace `rag`) in a real Prometheus that scrapes Ray's metrics
+    agent: every rule evaluates without error, and a keys file the ingress refuses fires RagcApiKeysRefused, a
+    counter's first event (the refusing replica keeps the keys it had)."""
+    import time
+
+    from tests.prometheus import running_prometheus
+    from tests.unit.helm.test_alerts import ENABLED, NAMESPACE, rule_object
+
+    spec = rule_object(ENABLED)["spec"]
+    keys: Path = service["keys"]
+    before = keys.read_text()
+    target = f"127.0.0.1:{service['metrics_port']}"
+    with running_prometheus(tmp_path / "prometheus", spec, target, {"namespace": NAMESPACE}) as prometheus:
+        try:
+            keys.write_text('{"key-alpha": ')  # a half-written edit
+            time.sleep(KEYS_RELOAD_S + 0.5)
+            for _ in range(4):  # each ingress replica reads the file on a request
+                assert ask(service, {"query": "How are tenants kept apart?", "mode": "no_text"}).status_code == 200
+        finally:
+            keys.write_text(before)
+        deadline = time.monotonic() + 120  # Ray's agent exports every ~10 s; the scrape and rules run every 1 s
+        while not any(a["labels"]["alertname"] == "RagcApiKeysRefused" for a in prometheus.alerts()):
+            assert time.monotonic() < deadline, (prometheus.alerts("pending"), prometheus.targets())
+            time.sleep(2)
+        (fired,) = [a for a in prometheus.alerts() if a["labels"]["alertname"] == "RagcApiKeysRefused"]
+        assert fired["labels"]["severity"] == "warning" and fired["labels"]["namespace"] == NAMESPACE
+        assert [t["health"] for t in prometheus.targets()] == ["up"]
+        evaluated = prometheus.rules()
+        assert len(evaluated) == sum(len(g["rules"]) for g in spec["groups"])
+        assert all(r["health"] == "ok" for r in evaluated), [(r["name"], r.get("lastError")) for r in evaluated]
+
+
 def test_new_ingest_is_visible_and_bumps_the_index_version(service: dict[str, Any], tmp_path: Path) -> None:
     before = ask(service, {"query": BETA_SECRET}, headers=BETA).json()["index_version"]
     docs = tmp_path / "beta"
