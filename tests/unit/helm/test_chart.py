@@ -312,7 +312,8 @@ def test_ragc_config_is_validated_by_the_config_trees_schema() -> None:
 
 
 def test_every_ray_pod_exports_the_replicas_metrics_and_the_pod_monitor_scrapes_them() -> None:
-    docs = render(VALUE_SETS["gpu"] | {"podMonitor": {"enabled": True}})
+    selected = {"release": "kube-prometheus-stack"}  # what the operator's podMonitorSelector picks
+    docs = render(VALUE_SETS["gpu"] | {"podMonitor": {"enabled": True, "labels": selected}})
     cluster = next(d for d in docs if d["kind"] == "RayService")["spec"]["rayClusterConfig"]
     groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     assert len(groups) >= 2
@@ -321,6 +322,7 @@ def test_every_ray_pod_exports_the_replicas_metrics_and_the_pod_monitor_scrapes_
         ports = {p["name"]: p["containerPort"] for p in group["template"]["spec"]["containers"][0]["ports"]}
         assert ports["metrics"] == 8080
     monitor = next(d for d in docs if d["kind"] == "PodMonitor")
+    assert selected.items() <= monitor["metadata"]["labels"].items()
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     labels = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
