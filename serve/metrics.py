@@ -24,6 +24,7 @@ FEEDBACK_TAGS: Any = ("tenant", "rating")
 BreakerEvent = Literal["opened", "refused"]
 KeyReloadOutcome = Literal["reloaded", "refused"]
 IncidentKind = Literal["tenant_mismatch", "access_mismatch"]
+UsageOutcome = Literal["cache_hit", "abstained", "fallback"]
 STAGE_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
@@ -131,7 +132,7 @@ def count_key_reload(outcome: KeyReloadOutcome) -> None:
     query_metrics().key_reloads.inc(tags={"outcome": outcome})
 
 
-def count_usage(tenant: str, model: str, tokens: dict[str, int], outcomes: list[str]) -> None:
+def count_usage(tenant: str, model: str, tokens: dict[str, int], outcomes: list[UsageOutcome]) -> None:
     """One answered query: its tokens by kind and its outcomes (cache_hit, abstained, fallback)."""
     metrics = query_metrics()
     tags = {"tenant": tenant, "model": model}

@@ -22,8 +22,8 @@ def answering_model(cfg: ServeConfig) -> str:
     return engine.served_name or engine.model
 
 
-def outcomes(response: QueryResponse) -> list[str]:
-    found = []
+def outcomes(response: QueryResponse) -> list[metrics.UsageOutcome]:
+    found: list[metrics.UsageOutcome] = []
     cache = response.stages.get("cache")
     if cache is not None and str(cache.status).startswith("hit_"):
         found.append("cache_hit")

@@ -31,6 +31,7 @@ LABEL_VALUES: dict[str, tuple[str, ...]] = {
     "ragc_breaker_events/event": get_args(metrics.BreakerEvent),
     "ragc_api_key_reloads/outcome": get_args(metrics.KeyReloadOutcome),
     "ragc_incidents/kind": get_args(metrics.IncidentKind),
+    "ragc_tenant_outcomes/outcome": get_args(metrics.UsageOutcome),
 }
 STAGES = ("rewrite", "retrieve", "rerank", "synthesize")
 
